@@ -1,0 +1,79 @@
+"""What runs inside ``import torch``: the ``torch.backends`` entry point.
+
+PyTorch turns any exception raised here into a failed ``import torch`` for every program
+on the machine, so :func:`autoload` never raises: a fault is logged once and the plugin
+stays off. With no Gaudi software and no emulation requested it returns after two
+environment look-ups and one ``find_spec``, importing nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+
+log = logging.getLogger("hpu_plugin")
+
+_OFF = {"", "0", "false", "no", "off"}
+_ON = {"1", "true", "yes", "on"}
+
+#: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
+state: dict[str, str] = {"status": "off", "reason": "not run"}
+
+
+def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    return environ.get("HPU_PLUGIN_EMULATE", "").strip().lower() not in _OFF
+
+
+def autoload() -> None:
+    """Entry point of the ``torch.backends`` group; idempotent; never raises."""
+    if state["status"] != "off":
+        return
+    try:
+        _activate()
+    except Exception as exc:  # never break `import torch`
+        state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
+
+
+def _activate() -> None:
+    environ = os.environ
+    if environ.get("HPU_PLUGIN_DISABLE", "").strip().lower() in _ON:
+        state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
+        return
+    emulate = emulation_requested(environ)
+    real = importlib.util.find_spec("habana_frameworks") is not None
+    if not emulate and not real:
+        state.update(status="skipped", reason="no Gaudi software and no emulation requested")
+        return
+    if emulate and real:
+        log.error(
+            "hpu_plugin: HPU_PLUGIN_EMULATE=%s is ignored because the real Gaudi software "
+            "(habana_frameworks) is installed; unset HPU_PLUGIN_EMULATE to silence this, or "
+            "use a virtual environment without habana-torch-plugin to emulate.",
+            environ["HPU_PLUGIN_EMULATE"],
+        )
+        emulate = False
+
+    from hpu_plugin.registry import get_registry
+
+    registry = get_registry()
+    registry.prepare_environment(environ)
+    if emulate:
+        from hpu_plugin.emulation import EmulationError, start
+
+        try:
+            start()
+        except EmulationError as exc:
+            state.update(status="failed", reason=str(exc))
+            log.error("hpu_plugin: %s", exc)
+            return
+    import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
+
+    if not registry.device_available():
+        state.update(status="skipped", reason="Gaudi software present, but no device is ready")
+        return
+    from hpu_plugin.hosts import install
+
+    install(registry)
+    state.update(status="active", reason="emulated Gaudi" if emulate else "Gaudi")

@@ -1,0 +1,119 @@
+"""The contract between the host libraries and every plugin, first-party or third-party.
+
+Host adapters (``hpu_plugin.hosts``) call these hooks at the host libraries' decision
+points, through ``hpu_plugin.registry``; plugins implement them with ``@hookimpl`` and are
+found through the ``hpu_plugin`` entry-point group. Deciding hooks are ``firstresult``:
+the first implementation that returns something other than ``None`` decides, so ``None``
+always means "no opinion, ask the next one". Order follows pluggy: ``tryfirst`` before
+plain before ``trylast``; among equals, the plugin registered last is asked first.
+A ``hookwrapper``/``wrapper=True`` implementation sees and may replace every result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import pluggy
+
+PROJECT = "hpu_plugin"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: A ``torch.compile`` backend: a registered name or a callable.
+CompileBackend = str | Callable[..., Any]
+#: A ``from_pretrained`` device map: a device string or a module-name-to-device mapping.
+DeviceMap = str | dict[str, Any]
+
+
+class Refusal(ValueError):
+    """Raised by a hook to refuse a request that cannot work on the device.
+
+    Unlike any other exception, which the registry treats as a plugin fault (reported,
+    skipped), a refusal reaches the user before work starts. Its message must name the
+    input at fault and the fix.
+    """
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What the device provider knows about the accelerator this process will use."""
+
+    device_type: str  # the torch device type, "hpu"
+    count: int  # devices visible to this process
+    current: int  # index of the device this process uses
+    generation: str  # "GAUDI", "GAUDI2" or "GAUDI3", as torch.hpu.get_device_name()
+
+
+@hookspec
+def hpu_prepare_environment(environ: MutableMapping[str, str]) -> None:
+    """Set environment defaults before the Gaudi software initialises.
+
+    Called once, inside ``import torch``, before ``habana_frameworks.torch`` is imported.
+    Every implementation is called. Set only what the user left unset
+    (``environ.setdefault``): a value the user exported is theirs. Return value ignored.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_device_available() -> bool | None:
+    """Is a Gaudi device ready for this process?
+
+    Called once per process (the answer is cached) when a host library asks whether HPU
+    is available (Transformers' ``is_torch_hpu_available``, Accelerate's
+    ``is_hpu_available``) and at activation. ``True``/``False`` decides; ``None`` defers.
+    A provider for another device type returns ``None``. To hide Gaudi from the hosts,
+    return ``False`` from a ``tryfirst`` implementation.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_device_properties() -> DeviceProperties | None:
+    """Describe the device this process uses: type, count, current index, generation.
+
+    Called after ``hpu_device_available`` returned ``True``, whenever a host needs a
+    device (placement, process count, diagnostics); not cached, since the current device
+    may change. ``None`` defers to the next provider.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_compile_backend(requested: CompileBackend | None, device_type: str) -> CompileBackend | None:
+    """Choose the ``torch.compile`` backend for one call.
+
+    Called on every ``torch.compile`` call (and every ``@torch.compile`` decoration) while
+    Gaudi is active. ``requested`` is what the caller passed (``None`` when they passed
+    nothing); ``device_type`` is the active accelerator. Return the backend to use, or
+    ``None`` to keep ``requested``. May raise :class:`Refusal` when compiling cannot work
+    (lazy mode). A backend other than ``requested`` is logged once per
+    distinct requested backend by the host adapter.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
+    """Choose the collective backend of a distributed job on ``device_type``.
+
+    Called when a host library is about to initialise a process group (Accelerate's
+    ``PartialState``, Transformers' ``TrainingArguments``, ``init_process_group`` with
+    no backend). ``requested`` is the backend the user named (``ddp_backend=``,
+    ``backend=``), or ``None``. Return the backend name, or ``None`` for no opinion. The
+    hosts never replace a backend the user named; an implementation may raise
+    :class:`Refusal` for a combination that cannot work, before any collective runs.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_quantization_device_map(
+    method: str, bits: int, device_map: DeviceMap | None, device_type: str
+) -> DeviceMap | None:
+    """Place a quantized model.
+
+    Called by the quantizer adapters before weights load, with the quantization
+    ``method`` (``"bitsandbytes"``), its ``bits`` (4 or 8) and the user's ``device_map``
+    (``None`` when they passed none). Return the device map to use, or ``None`` for no
+    opinion. The hosts never replace a ``device_map`` the user passed. May raise
+    :class:`Refusal` for a method or bit width the device cannot run, before loading starts.
+    """
