@@ -70,10 +70,12 @@ def _activate() -> None:
             return
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
+    from hpu_plugin.hosts import install
+
+    # Also without a device: the hosts' own HPU checks would otherwise look at the Gaudi
+    # software directly and could say yes where a plugin said no.
+    install(registry)
     if not registry.device_available():
         state.update(status="skipped", reason="Gaudi software present, but no device is ready")
         return
-    from hpu_plugin.hosts import install
-
-    install(registry)
     state.update(status="active", reason="emulated Gaudi" if emulate else "Gaudi")
