@@ -148,7 +148,7 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
 
         def print_with_hpu(*values: Any, **kwargs: Any) -> None:
             text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
-            if text is not None and "- PyTorch accelerator: " in text:
+            if text is not None and text.startswith("- `Accelerate` version:"):
                 text = text.replace("- PyTorch accelerator: N/A", "- PyTorch accelerator: HPU")
                 text += "".join(f"\n- {key}: {value}" for key, value in extra.items())
                 values = (text,)

@@ -121,3 +121,26 @@ def test_r3_accelerate_below_1_5_turns_transformers_hpu_off(caplog, version, all
     if not allowed:
         assert version in hints[0] and "accelerate>=1.5.0" in hints[0]
     patching._said.clear()
+
+
+def test_an_adapter_that_finds_nothing_logs_one_line_and_stays_out(caplog):
+    """A host release without the expected function (Transformers < 4.51, say)."""
+    import types
+
+    from hpu_plugin.hosts import accelerate_adapter, patching
+    from hpu_plugin.registry import Registry, Selection
+
+    patching._said.clear()
+    patches = patching.Patches()
+    empty = types.ModuleType("transformers.utils.import_utils")
+    with caplog.at_level(logging.WARNING, logger="hpu_plugin"):
+        for _ in range(2):
+            transformers_adapter.install_availability(Registry(Selection()), patches, empty)
+            accelerate_adapter.install_availability(Registry(Selection()), patches, empty)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "transformers" in lines[0] and patching.host_version("transformers") in lines[0]
+    assert "accelerate" in lines[1] and "1.5.0" in lines[1]
+    assert not empty.__dict__.get("is_torch_hpu_available")
+    patches.undo()
+    patching._said.clear()
