@@ -29,9 +29,10 @@ for _ in range(3):
     accelerator.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
-flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])[None]
-gathered = accelerator.gather(flat).cpu()
-equal = all(torch.allclose(gathered[0], row) for row in gathered)
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+rows = [torch.zeros_like(flat) for _ in range(accelerator.num_processes)]
+torch.distributed.all_gather(rows, flat)
+equal = all(torch.allclose(rows[0].cpu(), row.cpu()) for row in rows)
 print(f"rank={accelerator.process_index} n={accelerator.num_processes} "
       f"type={state.distributed_type} backend={state.backend} "
       f"device={accelerator.device.type} equal={equal}", flush=True)
@@ -39,8 +40,10 @@ print(f"rank={accelerator.process_index} n={accelerator.num_processes} "
 
 
 def _ranks(stdout: str) -> list[dict[str, str]]:
-    return [dict(re.findall(r"(\w+)=(\S+)", line)) for line in stdout.splitlines()
-            if line.startswith("rank=")]
+    """One dict per rank report; the ranks' prints may share a line."""
+    reports = re.split(r"(?=\brank=\d)|(?<=equal=True)|(?<=equal=False)", stdout)
+    return [dict(re.findall(r"(\w+)=(\S+?)(?=\s|$)", chunk)) for chunk in reports
+            if chunk.startswith("rank=")]
 
 
 def _with_scripts_on_path(env: dict[str, str]) -> dict[str, str]:
