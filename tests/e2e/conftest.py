@@ -104,7 +104,8 @@ def tiny_model(tmp_path_factory) -> Path:
         tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Whitespace()
         fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                       eos_token="</s>", pad_token="<pad>")
+                                       eos_token="</s>", pad_token="<pad>",
+                                       model_input_names=["input_ids", "attention_mask"])
         fast.save_pretrained({str(path)!r})
         torch.manual_seed(0)
         config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
