@@ -13,6 +13,7 @@ print what this parser reads, and both what the real tool prints.
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ TIMEOUT = 10.0
 
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]$")
 _INTEGER = re.compile(r"[0-9]+", re.ASCII)
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*", re.ASCII)
 _QUANTITY = re.compile(r"([0-9]+)\s*([A-Za-z]*)", re.ASCII)
 _MIB = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024, "kib": 1 / 1024, "kb": 1 / 1024}
 
@@ -51,8 +53,8 @@ def _field_name(text: str) -> str:
 def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str]]:
     """Rows of ``hl-smi -f csv`` output as dicts keyed by field name (units dropped).
 
-    With ``fields``, a first line that names those fields is taken as the header and a
-    headerless output (``csv,noheader``) is read with ``fields`` as its columns. Without
+    With ``fields``, a first line of field names is taken as the header and a headerless
+    output (``csv,noheader``: its first line has values) is read with ``fields`` as columns. Without
     ``fields`` the first line must be the header. Raises :class:`HlSmiError` for text with
     no header, an empty field name, or a row whose column count differs from the header's.
     """
@@ -61,7 +63,8 @@ def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, 
     if not lines:
         raise HlSmiError("hl-smi printed nothing")
     first = [_field_name(cell) for cell in lines[0].split(",")]
-    if fields is not None and first != list(fields):
+    looks_like_header = any(first) and all(_FIELD.fullmatch(name) for name in first if name)
+    if fields is not None and first != list(fields) and not looks_like_header:
         columns, body = list(fields), lines
     else:
         columns, body = first, lines[1:]
@@ -177,3 +180,10 @@ def host_modules(timeout: float = TIMEOUT, executable: str = "hl-smi") -> tuple[
     """Module ids on this host, sorted, or ``None`` when unknown (no ``hl-smi``)."""
     mapping = index_module_map(timeout, executable)
     return None if mapping is None else tuple(sorted(mapping.values()))
+
+
+@functools.lru_cache(maxsize=1)
+def cached_index_module_map() -> dict[int, int] | None:
+    """:func:`index_module_map`, asked once per process: the host's devices do not change
+    while a job runs, and every check of a job needs the same answer."""
+    return index_module_map()

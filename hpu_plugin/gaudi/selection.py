@@ -20,6 +20,7 @@ one-process-per-device are enforced on every layout: they do not depend on numbe
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ WHOLE_SERVER = frozenset(range(MAX_DEVICES))
 LAUNCH_FIX = (
     "launch one process per device (accelerate launch --num_processes, torchrun --nproc-per-node)"
 )
+_LOGGED: set[str] = set()
 _SIGNED = re.compile(r"-?[0-9]+", re.ASCII)
 
 Layout = Literal["server", "group", "arbitrary", "unknown"]
@@ -112,6 +114,13 @@ class JobPlacement:
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
+
+    def log_warnings(self, logger: logging.Logger) -> None:
+        """Log each warning once per process, however often the job is checked."""
+        for warning in self.warnings:
+            if warning not in _LOGGED:
+                _LOGGED.add(warning)
+                logger.warning("hpu_plugin: %s", warning)
 
 
 def _positive(variable: str, value: int, minimum: int, fix: str) -> None:
@@ -239,8 +248,8 @@ def check_distributed_job(
             variable,
             value,
             supported_groups_text(),
-            f"run 2 or 4 processes per node on a supported group, "
-            f"e.g. {MODULES}={pick} with 2 processes",
+            f"run 2 or 4 processes per node on a supported group, e.g. {MODULES}={pick} "
+            "with 2 processes (accelerate launch --num_processes 2, torchrun --nproc-per-node 2)",
             problem=f"a group of {size} devices ({size} processes on this node); Gaudi supports "
             "partial-server groups of 2 or 4 only",
         )
@@ -321,3 +330,16 @@ def check_job_from_environ(
     if job is None:
         return None
     return check_distributed_job(environ, *job, host_modules=host_modules)
+
+
+def check_this_process(environ: Mapping[str, str]) -> JobPlacement | None:
+    """:func:`check_job_from_environ` with this host's ``hl-smi`` map (asked once per process).
+
+    The entry point for the plugins and host adapters: ``None`` outside a launcher, a
+    placement (whose ``warnings`` the caller logs) or a :class:`GaudiConfigError`.
+    """
+    if job_from_environ(environ) is None:
+        return None
+    from hpu_plugin.gaudi.hlsmi import cached_index_module_map
+
+    return check_job_from_environ(environ, cached_index_module_map())
