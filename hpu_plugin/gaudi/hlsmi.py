@@ -14,6 +14,7 @@ print what this parser reads, and both what the real tool prints.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 INDEX_MODULE_FIELDS = ("index", "module_id")
 #: What ``hpu-plugin devices`` asks for; the emulator should answer every one of these.
 DEVICE_FIELDS = ("index", "module_id", "name", "memory.total", "bus_id")
+#: Seconds to wait for ``hl-smi`` (``HPU_PLUGIN_HLSMI_TIMEOUT`` overrides): it answers in
+#: about a second on a healthy host; a hung driver must not hang the job or the command.
 TIMEOUT = 10.0
 
 _UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]$")
@@ -130,11 +133,21 @@ class HlSmiQuery:
     rows: list[dict[str, str]] | None
     missing: bool = False
     reason: str = ""
+    timed_out: bool = False
+
+
+def default_timeout() -> float:
+    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return TIMEOUT
+    return value if value > 0 else TIMEOUT
 
 
 def query(
     fields: Sequence[str] = INDEX_MODULE_FIELDS,
-    timeout: float = TIMEOUT,
+    timeout: float | None = None,
     executable: str = "hl-smi",
 ) -> HlSmiQuery:
     """Run ``hl-smi -Q <fields> -f csv`` with a timeout.
@@ -142,6 +155,7 @@ def query(
     A missing ``hl-smi`` is no error (no Gaudi driver here): ``missing=True``. A timeout, a
     non-zero exit or unreadable output gives ``rows=None`` with the reason; never raises.
     """
+    timeout = default_timeout() if timeout is None else timeout
     path = shutil.which(executable)
     if path is None:
         return HlSmiQuery(None, missing=True, reason=f"{executable} not found on PATH")
@@ -149,7 +163,9 @@ def query(
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        return HlSmiQuery(None, reason=f"`{' '.join(command)}` did not answer in {timeout:g} s")
+        return HlSmiQuery(
+            None, reason=f"`{' '.join(command)}` did not answer in {timeout:g} s", timed_out=True
+        )
     except OSError as exc:
         return HlSmiQuery(None, reason=f"`{' '.join(command)}` could not run: {exc}")
     if done.returncode != 0:
@@ -165,7 +181,9 @@ def query(
         return HlSmiQuery(None, reason=str(exc))
 
 
-def index_module_map(timeout: float = TIMEOUT, executable: str = "hl-smi") -> dict[int, int] | None:
+def index_module_map(
+    timeout: float | None = None, executable: str = "hl-smi"
+) -> dict[int, int] | None:
     """This host's device index to module id map, or ``None`` when ``hl-smi`` cannot tell."""
     answer = query(INDEX_MODULE_FIELDS, timeout, executable)
     if answer.rows is None:
@@ -176,7 +194,9 @@ def index_module_map(timeout: float = TIMEOUT, executable: str = "hl-smi") -> di
         return None
 
 
-def host_modules(timeout: float = TIMEOUT, executable: str = "hl-smi") -> tuple[int, ...] | None:
+def host_modules(
+    timeout: float | None = None, executable: str = "hl-smi"
+) -> tuple[int, ...] | None:
     """Module ids on this host, sorted, or ``None`` when unknown (no ``hl-smi``)."""
     mapping = index_module_map(timeout, executable)
     return None if mapping is None else tuple(sorted(mapping.values()))

@@ -199,20 +199,6 @@ def check_distributed_job(
         )
     if visible is None:
         modules = tuple(range(local_world_size))
-        if host is not None and not set(modules) <= host:
-            pick = _suggest(local_world_size, sorted(host), host) or ",".join(
-                map(str, sorted(host)[:local_world_size])
-            )
-            raise PlacementError(
-                MODULES,
-                None,
-                f"module ids present on this host: {','.join(map(str, sorted(host)))}",
-                f"set {MODULES}={pick}"
-                if len(host) >= local_world_size
-                else f"this host has {len(host)} device(s): {launch_fix}",
-                problem=f"so local rank i takes module i (0..{local_world_size - 1}), and "
-                f"module(s) {_ids(m for m in modules if m not in host)} are not on this host",
-            )
     else:
         if len(visible) < local_world_size:
             raise PlacementError(
@@ -229,20 +215,14 @@ def check_distributed_job(
                 f"processes: modules {','.join(map(str, visible[local_world_size:]))} stay unused"
             )
         modules = visible[:local_world_size]
-        if index_map is not None:
-            visibility.check_modules_exist(visible, index_map, MODULES, raw_modules)
 
     variable, value = (
         (MODULES, raw_modules) if visible is not None else ("LOCAL_WORLD_SIZE", local_world_size)
     )
     size = len(modules)
     enforced = layout in ("server", "group")
-    if size == 1:
-        warnings.append(
-            f"one device per node in a {world_size}-process job is not among the documented "
-            "partial-server groups (2 or 4 devices)"
-        )
-    elif size not in SUPPORTED_GROUPS:
+    # Size first: a group of 3 is wrong whatever the module ids are.
+    if size not in SUPPORTED_GROUPS and size != 1:
         pick = _suggest(2, modules, host) or "0,1"
         raise PlacementError(
             variable,
@@ -252,6 +232,27 @@ def check_distributed_job(
             "with 2 processes (accelerate launch --num_processes 2, torchrun --nproc-per-node 2)",
             problem=f"a group of {size} devices ({size} processes on this node); Gaudi supports "
             "partial-server groups of 2 or 4 only",
+        )
+    if visible is not None and index_map is not None:
+        visibility.check_modules_exist(visible, index_map, MODULES, raw_modules)
+    if visible is None and host is not None and not set(modules) <= host:
+        pick = _suggest(local_world_size, sorted(host), host) or _ids(
+            sorted(host)[:local_world_size]
+        )
+        raise PlacementError(
+            MODULES,
+            None,
+            f"module ids present on this host: {_ids(sorted(host))}",
+            f"set {MODULES}={pick}"
+            if len(host) >= local_world_size
+            else f"this host has {len(host)} device(s): {launch_fix}",
+            problem=f"local rank i then takes module i (0..{local_world_size - 1}), and "
+            f"module(s) {_ids(m for m in modules if m not in host)} are not on this host",
+        )
+    if size == 1:
+        warnings.append(
+            f"one device per node in a {world_size}-process job is not among the documented "
+            "partial-server groups (2 or 4 devices)"
         )
     elif not is_supported_group(modules):
         shown = ",".join(map(str, modules))
