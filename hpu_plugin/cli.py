@@ -420,6 +420,9 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
         try:
             parse()
         except GaudiConfigError as exc:
+            if name == "HABANA_VISIBLE_DEVICES":  # read at `docker run`, not by the process
+                add(Finding(name, "warning", str(exc), exc.fix, name, str(exc.value)))
+                continue
             env_ok = False
             add(exc.as_finding(name))
 
@@ -473,8 +476,11 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
         )
 
     devices_raw = environ.get("HABANA_VISIBLE_DEVICES")
-    if devices_raw is not None and index_map is not None and env_ok:
+    try:
         listed = visibility.visible_devices(environ)
+    except GaudiConfigError:
+        listed = None
+    if devices_raw is not None and index_map is not None and env_ok:
         if listed is not None and len(index_map) > len(listed):
             add(
                 Finding(

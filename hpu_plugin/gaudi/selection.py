@@ -161,8 +161,16 @@ def check_distributed_job(
         )
     raw_modules = environ.get(MODULES)
     visible = visibility.parse_visible_modules(raw_modules)
-    visibility.parse_visible_devices(environ.get(visibility.DEVICES))
-    own = visibility.parse_module_id(environ.get(MODULE_ID))
+    # HABANA_VISIBLE_DEVICES is not read here: it acts at `docker run`, not in the process,
+    # so a value the runtime accepted cannot make the job fail (``hpu-plugin doctor`` shows it).
+    warnings: list[str] = []
+    try:
+        own = visibility.parse_module_id(environ.get(MODULE_ID))
+    except visibility.VisibilityError as exc:
+        if world_size == 1:
+            raise
+        own = None  # the hccl import sets it per rank in a distributed job
+        warnings.append(f"{exc.problem} ({MODULE_ID}={exc.value!r}); hccl replaces it per rank")
     layout = host_layout(host_modules)
     index_map: Mapping[int, int] | None = None
     host: frozenset[int] | None = None
@@ -172,7 +180,6 @@ def check_distributed_job(
     elif host_modules is not None:
         host = frozenset(host_modules)
         index_map = {m: m for m in host}  # ids only: no index translation to offer
-    warnings: list[str] = []
 
     if world_size == 1:
         chosen = (own,) if own is not None else visible[:1] if visible else None

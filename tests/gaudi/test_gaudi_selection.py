@@ -227,3 +227,13 @@ def test_check_job_from_environ_outside_a_launcher_is_none():
 )
 def test_host_layout(host, layout):
     assert selection.host_layout(host) == layout
+
+
+def test_values_the_process_does_not_read_do_not_fail_a_distributed_job():
+    # HABANA_VISIBLE_DEVICES acts at `docker run`; hccl sets HLS_MODULE_ID per rank.
+    environ = env("0,1", HABANA_VISIBLE_DEVICES="garbage", HLS_MODULE_ID="x")
+    placement = check_distributed_job(environ, 2, 2, 1, SERVER)
+    assert placement.module_id == 1
+    assert any("HLS_MODULE_ID='x'" in w for w in placement.warnings)
+    with pytest.raises(GaudiConfigError, match="HLS_MODULE_ID='x'"):
+        check_distributed_job(environ, 1, 1, 0, SERVER)  # one process: it is read
