@@ -24,9 +24,6 @@ from typing import Any
 
 from hpu_plugin import __version__
 
-#: What the user's environment held before anything of ours ran (activation sets defaults).
-_USER_ENVIRON = dict(os.environ)
-
 GAUDI_DISTRIBUTION = "habana-torch-plugin"
 HOOKS = (
     "hpu_prepare_environment",
@@ -119,7 +116,10 @@ def _mode_text(environ: Mapping[str, str]) -> str:
         name = mode(environ).name
     except GaudiConfigError as exc:
         return f"invalid: {exc}"
-    by = "set by the user" if LAZY_MODE in _USER_ENVIRON else "set by hpu-plugin on Gaudi"
+    from hpu_plugin.gaudi.environment import APPLIED
+
+    ours = LAZY_MODE in APPLIED or LAZY_MODE not in os.environ
+    by = "set by hpu-plugin" if ours else "set by the user"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
 
 

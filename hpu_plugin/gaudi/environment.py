@@ -3,6 +3,7 @@ parsers of the Gaudi switches they concern (gaudi-facts.md §2)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, MutableMapping
 
 from hpu_plugin.gaudi.errors import GaudiConfigError
@@ -26,6 +27,11 @@ class EnvironmentValueError(GaudiConfigError):
     """A Gaudi switch holds a value the Gaudi software would misread."""
 
 
+#: What :func:`apply_defaults` set in this process's ``os.environ``, so that diagnostics can
+#: tell the user's settings from ours after the fact.
+APPLIED: dict[str, str] = {}
+
+
 def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
     """Set each default the user left unset; return what was set."""
     applied = {}
@@ -33,6 +39,8 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
         if name not in environ:
             environ[name] = value
             applied[name] = value
+    if environ is os.environ:
+        APPLIED.update(applied)
     return applied
 
 
