@@ -29,7 +29,9 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
             f"backend {requested!r} is for {FOREIGN[requested]} and cannot run on Gaudi (hpu): "
             "use ddp_backend='hccl' (or backend='hccl'), or leave it unset."
         )
+    if requested not in (None, "hccl"):
+        return requested  # the user's own backend (gloo on CPU tensors): HCCL rules do not apply
     placement = check_this_process(os.environ)  # raises GaudiConfigError, a Refusal
     if placement is not None:
         placement.log_warnings(log)
-    return "hccl" if requested is None else requested
+    return "hccl"

@@ -78,3 +78,10 @@ def test_compile_in_lazy_mode_is_refused_with_the_fix(monkeypatch):
 def test_compile_in_eager_mode_picks_hpu_backend(monkeypatch, requested, chosen):
     monkeypatch.setenv("PT_HPU_LAZY_MODE", "0")
     assert _registry(compile_plugin).compile_backend(requested, "hpu") == chosen
+
+
+def test_ddp_leaves_an_explicit_non_hccl_backend_unchecked(monkeypatch, server):
+    _launch(monkeypatch, "0,1,2", 3)
+    assert _registry(ddp_plugin).ddp_backend("hpu", "gloo") == "gloo"
+    with pytest.raises(GaudiConfigError):
+        _registry(ddp_plugin).ddp_backend("hpu", "hccl")
