@@ -166,3 +166,24 @@ def test_parse_mib(value):
 @given(rows=st.lists(st.fixed_dictionaries({}), max_size=0))
 def test_format_csv_header_only(fields, rows):
     assert hlsmi.parse_csv(hlsmi.format_csv(rows, fields), fields) == []
+
+
+@given(
+    st.one_of(
+        st.text(max_size=12), st.from_regex(r"(HL-?|GAUDI ?)[0-9]{0,3}[A-Z]?", fullmatch=True)
+    )
+)
+def test_generation_from_name(name):
+    from hpu_plugin.gaudi.generations import GENERATIONS, generation_from_name
+
+    result = generation_from_name(name)
+    assert result is None or result in GENERATIONS.values()
+
+
+@given(st.text(max_size=12))
+def test_parse_int(value):
+    try:
+        number = hlsmi.parse_int(value, "index")
+    except HlSmiError:
+        return
+    assert number >= 0
