@@ -17,6 +17,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.patching import Patches, say_once, stay_out
 from hpu_plugin.registry import Registry
@@ -138,13 +139,14 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
 
     @functools.wraps(original)
     def env_command(args: Any) -> Any:
-        properties = registry.device_properties()
-        if properties is None:
-            return original(args)
-        extra = {
-            "HPU type": properties.generation,
-            "HPU count": str(properties.count),
-        }
+        try:
+            properties = registry.device_properties()
+        except Refusal as refusal:  # a diagnostic shows the fault instead of dying of it
+            extra = {"HPU": f"not usable: {refusal}"}
+        else:
+            if properties is None:
+                return original(args)
+            extra = {"HPU type": properties.generation, "HPU count": str(properties.count)}
 
         def print_with_hpu(*values: Any, **kwargs: Any) -> None:
             text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
