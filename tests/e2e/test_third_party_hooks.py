@@ -61,3 +61,23 @@ def test_a_disabled_plugin_is_not_asked(tmp_path, tiny_model, override_plugin):
     assert out["compile_backend"] == "hpu_backend"
     assert out["ddp_backend"] == "hccl"
     assert out["bnb"] == "{'': 'hpu:0'}"
+
+
+def test_transformers_own_compile_wrapper_does_not_preempt_the_hook(tmp_path, override_plugin):
+    """Transformers >= 4.55 swaps torch.compile inside its HPU check; the hook still decides."""
+    env = emulated_env(tmp_path, HPU_TEST_OVERRIDE="1")
+    result = run(
+        """
+        import transformers.utils.import_utils as import_utils
+        kept = [import_utils.is_torch_hpu_available]  # Transformers' own check, held as is
+        import torch
+        print("native=", kept[0]())  # runs its whole body, torch.compile swap included
+        compiled = torch.compile(lambda t: t * 2)
+        doubled = compiled(torch.ones(2, device="hpu")).cpu()
+        print("ok=", torch.equal(doubled, torch.full((2,), 2.0)))
+        """,
+        env,
+    )
+    assert result.lines()["native"] == "True"
+    assert result.lines()["ok"] == "True"
+    assert "using 'eager'" in result.stderr  # the third-party hook's backend, reported once
