@@ -126,7 +126,15 @@ def override_plugin(tmp_path_factory) -> Iterator[str]:
 
     shutil.copytree(HERE / "override_plugin", source)  # build artefacts stay out of the repo
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "install", "--no-deps", "--no-build-isolation", str(source)],
+    try:  # build with the venv's setuptools when it has a recent one: no download
+        import setuptools
+
+        isolation = [] if int(setuptools.__version__.split(".")[0]) < 68 else [
+            "--no-build-isolation"
+        ]
+    except ImportError:
+        isolation = []
+    subprocess.run([*pip, "install", "--no-deps", *isolation, str(source)],
                    check=True, timeout=300)
     try:
         yield "hpu_test_override"
