@@ -219,3 +219,34 @@ def test_bitsandbytes_without_device_map_uses_the_current_hpu(tmp_path, bits):
     ).lines()
     assert out["chosen"] == "{'': 'hpu:1'}"
     assert out["kept"] == "{'': 'cpu'}"
+
+
+def test_refusals_reach_the_user_before_any_work(tmp_path):
+    """Lazy mode cannot compile; nccl cannot run on Gaudi: both say so up front."""
+    out = run(
+        f"""
+        import torch
+        import torch.distributed as dist
+        from transformers import TrainingArguments
+
+        def attempt(name, action):
+            try:
+                action()
+                print(name + "=", "accepted")
+            except ValueError as exc:
+                print(name + "=", type(exc).__name__, "|", str(exc).replace("\\n", " "))
+
+        attempt("compile", lambda: torch.compile(lambda t: t))
+        attempt("training_args", lambda: TrainingArguments(output_dir={str(tmp_path)!r},
+                                                           torch_compile=True, report_to=[]))
+        attempt("nccl", lambda: dist.init_process_group(
+            "nccl", init_method="file://{tmp_path / 'store'}", rank=0, world_size=1))
+        print("store_created=", __import__("os").path.exists({str(tmp_path / 'store')!r}))
+        """,
+        emulated_env(tmp_path, PT_HPU_LAZY_MODE="1"),
+    ).lines()
+    for name in ("compile", "training_args"):
+        assert out[name] != "accepted"
+        assert "PT_HPU_LAZY_MODE" in out[name]
+    assert out["nccl"] != "accepted" and "'nccl'" in out["nccl"] and "hccl" in out["nccl"]
+    assert out["store_created"] == "False"
