@@ -146,7 +146,9 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
         return
     if getattr(original, "__hpu_plugin__", False):
         return
-    patches.replace_everywhere(original, make_init_process_group(registry, original))
+    patches.replace_everywhere(
+        original, make_init_process_group(registry, original), alias_scope="torch.distributed"
+    )
 
 
 def install(registry: Registry, patches: Patches) -> None:
