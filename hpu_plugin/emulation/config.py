@@ -81,8 +81,17 @@ def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
     return value.strip().lower() not in _OFF
 
 
-def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
-    """The configuration, or an EmulationError naming the variable and accepted values."""
+@dataclass(frozen=True)
+class Server:
+    generation: str
+    device_name: str
+    modules: tuple[int, ...]
+    memory: int
+    container_indices: tuple[int, ...]  # what HABANA_VISIBLE_DEVICES leaves
+
+
+def server(environ: Mapping[str, str] = os.environ) -> Server:
+    """The emulated server as ``hl-smi`` shows it; an EmulationError for a bad variable."""
     raw = environ.get("HPU_PLUGIN_EMULATE", "").strip()
     key = raw.lower()
     if key in _ON_MEANS_GAUDI2:
@@ -142,6 +151,15 @@ def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
                 "(HPU_PLUGIN_EMULATE_DEVICES sets how many there are)"
             )
         visible = indices
+    return Server(key, device_name, tuple(modules), memory, tuple(visible))
+
+
+def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
+    """The configuration, or an EmulationError naming the variable and accepted values."""
+    srv = server(environ)
+    key, device_name, memory = srv.generation, srv.device_name, srv.memory
+    modules = list(srv.modules)
+    visible = list(srv.container_indices)
     modules_sel = environ.get("HABANA_VISIBLE_MODULES", "").strip()
     if modules_sel:
         present = [modules[i] for i in visible]

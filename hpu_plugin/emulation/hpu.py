@@ -128,7 +128,7 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return is_available()
 
 
-class device:  # noqa: N801  (the real API's name)
+class device:
     """Context manager that changes the current HPU device."""
 
     def __init__(self, device: Any) -> None:
@@ -145,7 +145,7 @@ class device:  # noqa: N801  (the real API's name)
             set_device(self.prev_idx)
 
 
-class device_of(device):  # noqa: N801
+class device_of(device):
     def __init__(self, obj: Any) -> None:
         super().__init__(obj.get_device() if obj.is_hpu else None)
 
