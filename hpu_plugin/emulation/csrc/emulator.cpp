@@ -411,7 +411,7 @@ void release_hpu_storage(void* ctx) {
 c10::Storage cpu_storage_over(const c10::Storage& hpu) {
   c10::StorageImpl* impl = hpu.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(impl);
-  c10::DataPtr dp(impl->mutable_data(), impl, &release_hpu_storage,
+  c10::DataPtr dp(impl->_mutable_data_ptr_no_checks().get(), impl, &release_hpu_storage,
                   c10::Device(c10::DeviceType::CPU));
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), impl->nbytes(), std::move(dp),
@@ -443,7 +443,7 @@ c10::Storage adopt_storage(const c10::Storage& cpu, c10::DeviceIndex device) {
   auto* ctx = new AdoptContext{
       c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(cpu.unsafeGetStorageImpl()), nbytes,
       device};
-  c10::DataPtr dp(const_cast<void*>(cpu.data()), ctx, &delete_adopted,
+  c10::DataPtr dp(cpu.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get(), ctx, &delete_adopted,
                   c10::Device(c10::DeviceType::HPU, device));
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(nbytes), std::move(dp),
@@ -630,7 +630,7 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict) {
     }
     auto cpu = cpu_view(t);
     st.converted.push_back({cpu.unsafeGetTensorImpl(), cpu.storage().unsafeGetStorageImpl(),
-                            t, hpu_storage->mutable_data()});
+                            t, hpu_storage->_mutable_data_ptr_no_checks().get()});
     return cpu;
   }
   if (t.device().is_cpu()) {
@@ -692,7 +692,7 @@ void sync_back(const Converted& c) {
   c10::TensorImpl* hpu_impl = c.hpu.unsafeGetTensorImpl();
   c10::TensorImpl* cpu_impl = c.cpu_impl;
   auto& cpu_storage = cpu_impl->unsafe_storage();
-  if (cpu_storage.data() != c.original_data &&
+  if (cpu_storage.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get() != c.original_data &&
       cpu_storage.unsafeGetStorageImpl() == c.cpu_storage) {
     auto device = c.hpu.device().index();
     auto adopted = adopt_storage(cpu_storage, device);
