@@ -6,11 +6,13 @@ no torch.distributed eagerly.
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import os
 import shutil
 import stat
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -69,8 +71,10 @@ def start() -> None:
         )
     except RuntimeError as exc:
         raise EmulationError(f"the emulator runtime refused its configuration: {exc}") from exc
+    ext.route_to_cpu_kernels()
     _state["ext"] = ext
     _state["config"] = cfg
+    atexit.register(_let_autograd_threads_finish)
 
     import torch
 
@@ -85,6 +89,18 @@ def start() -> None:
     from hpu_plugin.emulation import dynamo
 
     dynamo.register_lazily()
+
+
+def _let_autograd_threads_finish() -> None:
+    """Give autograd's device threads the GIL before the interpreter finalizes.
+
+    A backward on a non-CPU device ends on an engine thread that still holds the graph
+    task; torch stashes a Python object in it (``contextvars`` context), and if that thread
+    drops it after finalization has begun, taking the GIL kills the thread mid-unwind and
+    the process aborts ("terminate called without an active exception"). A short sleep
+    with the GIL released lets the thread finish first.
+    """
+    time.sleep(0.05)
 
 
 def _install_hlsmi_shim() -> None:

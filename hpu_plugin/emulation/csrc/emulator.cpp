@@ -864,18 +864,76 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
 }
 
-// bf16 autocast: the same policy lists PyTorch applies on other accelerators.
+// bf16 autocast: the policy lists PyTorch applies on CUDA (the real stack's own lists are
+// configurable and not modelled; see README).
 TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
 #define HPU_LOWER_PRECISION(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, lower_precision_fp)
 #define HPU_FP32(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32)
+#define HPU_FP32_SET_OPT_DTYPE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32_set_opt_dtype)
+#define HPU_PROMOTE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, promote)
+#define HPU_DIFFERENT_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
+                                 REDISPATCH_SIGNATURE, POLICY)                       \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::HPU, REDISPATCH_FUNC,       \
+                                        REGISTER_NAME, REGISTER_SIGNATURE,           \
+                                        REDISPATCH_SIGNATURE, POLICY)
 
+namespace at::autocast {  // the policy macros name ATen types unqualified
 TORCH_LIBRARY_IMPL(aten, AutocastHPU, m) {
   AT_FORALL_LOWER_PRECISION_FP(HPU_LOWER_PRECISION)
   AT_FORALL_FP32(HPU_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(HPU_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(HPU_DIFFERENT_REDISPATCH)
+  AT_FORALL_PROMOTE(HPU_PROMOTE)
 }
+}  // namespace at::autocast
+
+// ---------------------------------------------------------------- CPU kernels first
+
+namespace hpu_emu {
+
+// An op with both a CPU kernel and a CompositeExplicitAutograd one (native_layer_norm, ...)
+// would take the composite decomposition on HPU, which is slower than the CPU kernel and
+// differs from it in the last bits. Routing those ops through the fallback runs the very
+// CPU kernel, so HPU results equal CPU results.
+std::unique_ptr<torch::Library> g_cpu_routes;
+
+int route_to_cpu_kernels() {
+  if (g_cpu_routes) {
+    return 0;
+  }
+  g_cpu_routes = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  int routed = 0;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::HPU)) {
+      continue;
+    }
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(
+            c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    std::string full = name.name.substr(6);
+    if (!name.overload_name.empty()) {
+      full += "." + name.overload_name;
+    }
+    g_cpu_routes->impl(full.c_str(),
+                       torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    ++routed;
+  }
+  return routed;
+}
+
+}  // namespace hpu_emu
 
 // ---------------------------------------------------------------- Python control surface
 
@@ -933,5 +991,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("default_generator", [](int index) {
     return hpu_emu::default_generator(static_cast<c10::DeviceIndex>(index));
   });
+  m.def("route_to_cpu_kernels", &hpu_emu::route_to_cpu_kernels);
   m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
 }
