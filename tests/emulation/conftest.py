@@ -76,5 +76,5 @@ def emulator_built() -> None:
 
 
 @pytest.fixture
-def run(emulator_built: None):  # noqa: ANN201
+def run(emulator_built: None):
     return run_script
