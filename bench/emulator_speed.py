@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 os.environ.setdefault("HPU_PLUGIN_EMULATE", "1")
 
-import torch  # noqa: E402  (the emulator loads inside this import)
+import torch  # after the variable: the emulator loads inside this import
 
 
 def interleaved(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:

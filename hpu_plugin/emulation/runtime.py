@@ -7,6 +7,7 @@ no torch.distributed eagerly.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import importlib.util
 import os
 import shutil
@@ -109,7 +110,9 @@ def _install_hlsmi_shim() -> None:
         return
     from hpu_plugin.emulation.build import cache_root
 
-    directory = cache_root() / "bin"
+    # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    directory = cache_root() / "bin" / tag
     shim = directory / "hl-smi"
     text = (
         "#!/bin/sh\n"

@@ -210,7 +210,8 @@ def test_visible_modules_and_device_count(run):
 
 def test_standins_are_findable_and_behave_like_the_real_modules(run):
     run("""
-        import importlib.util, os, torch
+        import importlib.util, os, sys, torch
+        assert "torch._dynamo" not in sys.modules  # hpu_backend registers lazily
         assert importlib.util.find_spec("habana_frameworks") is not None
         assert importlib.util.find_spec("habana_frameworks.torch") is not None
         import habana_frameworks.torch as ht
@@ -226,6 +227,8 @@ def test_standins_are_findable_and_behave_like_the_real_modules(run):
         assert os.environ["MASTER_ADDR"] == "localhost" and os.environ["MASTER_PORT"] == "12345"
         assert os.environ["ID"] == "-1"
         assert "hccl" in torch.distributed.Backend.backend_list
+        from torch._dynamo import list_backends
+        assert "hpu_backend" in list_backends()
     """)
 
 
