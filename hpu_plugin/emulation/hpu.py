@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -350,3 +352,30 @@ def disable_dynamic_shape() -> None:
 def fallback_calls() -> int:
     """Emulator only: how many ops the zero-copy CPU fallback has run (for benchmarks)."""
     return int(_ext().fallback_calls())
+
+
+# ------------------------------------------------------------------ submodules
+
+
+def _submodule(name: str, members: tuple[str, ...]) -> ModuleType:
+    """``torch.hpu.random`` / ``torch.hpu.memory``, as the real package lays them out."""
+    module = ModuleType(f"{__name__}.{name}")
+    module.__doc__ = f"torch.hpu.{name} of the Gaudi emulator"
+    for member in members:
+        setattr(module, member, globals()[member])
+    sys.modules[f"torch.hpu.{name}"] = module
+    sys.modules[f"habana_frameworks.torch.hpu.{name}"] = module
+    return module
+
+
+random = _submodule(
+    "random",
+    ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"),
+)
+memory = _submodule(
+    "memory",
+    ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+     "mem_get_info", "memory_summary"),
+)

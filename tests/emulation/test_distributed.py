@@ -77,3 +77,52 @@ def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
         timeout=300,
     )
     assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
+
+
+TRAINER = """
+import tempfile
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+
+class Tokens(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+torch.manual_seed(0)
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=2,
+                         max_steps=2, bf16=True, report_to=[], save_strategy="no")
+assert args.device.type == "hpu", args.device
+trainer = Trainer(model=LlamaForCausalLM(config), args=args, train_dataset=Tokens())
+trainer.train()
+state = trainer.accelerator.state
+assert state.distributed_type.value == "MULTI_HPU", state.distributed_type
+assert dist.get_backend() == "hccl"
+flat = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+copies = [torch.empty_like(flat) for _ in range(2)]
+dist.all_gather(copies, flat)
+assert torch.equal(copies[0].cpu(), copies[1].cpu())
+print(f"rank {dist.get_rank()} ok")
+"""
+
+
+def test_trainer_under_torchrun_chooses_multi_hpu_and_hccl(run, tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(TRAINER))
+    out = run(
+        "",
+        {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1"},
+        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+              "--master_port", str(_free_port()), str(script)],
+        timeout=300,
+    )
+    assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout

@@ -59,7 +59,7 @@ class Tokens(Dataset):
 path = tiny_llama_path()
 args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=4,
                          max_steps=4, bf16=True, learning_rate=1e-3, report_to=[],
-                         logging_steps=1, save_strategy="no")
+                         logging_steps=1, save_strategy="steps", save_steps=2)
 assert args.device.type == "hpu", args.device
 model = AutoModelForCausalLM.from_pretrained(path)
 before = [p.detach().clone() for p in model.parameters()]
@@ -70,6 +70,10 @@ assert result.global_step == 4 and torch.isfinite(torch.tensor(result.training_l
 assert any(not torch.equal(b, p.detach().cpu()) for b, p in zip(before, model.parameters()))
 losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
 print("losses", losses)
+import glob, os
+rng = glob.glob(os.path.join(args.output_dir, "checkpoint-2", "rng_state*.pth"))
+assert rng, os.listdir(os.path.join(args.output_dir, "checkpoint-2"))
+assert "hpu" in torch.load(rng[0], weights_only=False)  # HPU RNG state is checkpointed
 """)
     assert "losses [" in out.stdout
 
