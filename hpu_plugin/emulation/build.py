@@ -112,7 +112,13 @@ def load(*, verbose: bool = False) -> ModuleType:
     directory = build_dir()
     library = _library(directory)
     if library.exists():
-        return _import_library(library)
+        try:
+            return _import_library(library)
+        except (ImportError, OSError) as exc:
+            raise EmulationError(
+                f"the cached Gaudi emulator {library} does not load ({exc}); fix: delete "
+                f"{directory} and run `python -m hpu_plugin.emulation build`"
+            ) from exc
     return _build(directory, verbose=verbose)
 
 

@@ -506,12 +506,20 @@ at::Tensor as_cpu_operand(const at::Tensor& t) {
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.is_hpu() && !src.is_hpu()) {
+  // Host data entering an int64 device tensor: check the source when it is int64 already
+  // (before writing), the converted values otherwise.
+  bool entering_int64 = !g_config.int64_supported && self.is_hpu() && !src.is_hpu() &&
+                        self.scalar_type() == at::kLong;
+  if (entering_int64 && src.scalar_type() == at::kLong) {
     check_int64_fits(src);
+    entering_int64 = false;
   }
   auto dst_cpu = as_cpu_operand(self);
   auto src_cpu = as_cpu_operand(src);
   dst_cpu.copy_(src_cpu, non_blocking);
+  if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
+    check_int64_fits(dst_cpu);
+  }
   return self;
 }
 
