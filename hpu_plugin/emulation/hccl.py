@@ -35,9 +35,56 @@ def initialize_distributed_hpu() -> tuple[int, int, int]:
     return world_size, rank, local_rank
 
 
+#: Partial-server jobs that Gaudi's HCCL supports (Intel Gaudi docs, "Multiple Workloads on
+#: a Single Docker"): 2 or 4 devices, in these module-id groups only.
+SUPPORTED_PARTIAL_GROUPS = (
+    frozenset({0, 1}), frozenset({2, 3}), frozenset({4, 5}), frozenset({6, 7}),
+    frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}),
+)
+
+
+def _acquired_module() -> int:
+    from hpu_plugin.emulation import runtime
+
+    value = os.environ.get("HLS_MODULE_ID", "").strip()
+    return int(value) if value.isdigit() else runtime.current_config().module_id
+
+
+def check_module_group(modules: list[int]) -> None:
+    """Refuse the device combinations HCCL does not support, before any collective runs."""
+    group = frozenset(modules)
+    if len(group) != len(modules):
+        raise RuntimeError(
+            f"hccl: several processes acquired the same Gaudi module ({sorted(modules)}); "
+            "give each local process its own module with HABANA_VISIBLE_MODULES"
+        )
+    if len(modules) in (1, 8) or group in SUPPORTED_PARTIAL_GROUPS:
+        return
+    groups = " or ".join(",".join(map(str, sorted(g))) for g in SUPPORTED_PARTIAL_GROUPS)
+    raise RuntimeError(
+        f"hccl: a job on part of a Gaudi server must use 2 or 4 devices in a supported module "
+        f"group ({groups}); this one uses modules {','.join(map(str, modules))}; fix: set "
+        "HABANA_VISIBLE_MODULES to a supported group and start one process per module"
+    )
+
+
+def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[int]:
+    prefix = f"hpu_plugin_emulator/{group_id}/module/"
+    store.set(f"{prefix}{rank}", str(_acquired_module()))
+    return [int(store.get(f"{prefix}{r}").decode()) for r in range(size)]
+
+
 def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
+    rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
+    world = os.environ.get("WORLD_SIZE", "")
+    local = os.environ.get("LOCAL_WORLD_SIZE", "") or world
+    if size > 1 and world == local == str(size):  # the whole job, on one server
+        modules = _exchange_modules(
+            dist_backend_opts.store, rank, size, str(dist_backend_opts.group_id)
+        )
+        check_module_group(modules)
     return ProcessGroupGloo(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,

@@ -126,3 +126,21 @@ def test_trainer_under_torchrun_chooses_multi_hpu_and_hccl(run, tmp_path):
         timeout=300,
     )
     assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
+
+
+def test_unsupported_module_group_is_refused_before_any_collective(run, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('hccl')\n"
+                      "print('initialized')\n")
+    out = run(
+        "",
+        {"HABANA_VISIBLE_MODULES": "1,2", "OMP_NUM_THREADS": "1"},
+        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+              "--master_port", str(_free_port()), str(script)],
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "initialized" not in out.stdout
+    assert "this one uses modules 1,2" in out.stderr
+    assert "HABANA_VISIBLE_MODULES" in out.stderr
