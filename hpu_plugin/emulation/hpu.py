@@ -338,6 +338,12 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("hpu", dtype)
 
 
+@contextlib.contextmanager
+def sdp_kernel(**options: Any) -> Iterator[None]:
+    """The real stack selects FusedSDPA variants here; the emulator has one SDPA (CPU's)."""
+    yield
+
+
 # ------------------------------------------------------------------ lazy-mode shims
 
 
