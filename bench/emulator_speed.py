@@ -24,13 +24,18 @@ import torch  # after the variable: the emulator loads inside this import
 
 
 def interleaved(fns: dict[str, Callable[[], None]], repeats: int) -> dict[str, float]:
+    """Median time of each function, plus ``ratio``: the median of hpu/cpu over adjacent runs
+    (robust to load from other processes, which drifts slower than one pair of runs)."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
             start = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
+    result = {name: statistics.median(values) for name, values in samples.items()}
+    pairs = zip(samples["hpu"], samples["cpu"], strict=True)
+    result["ratio"] = statistics.median([h / c for h, c in pairs])
+    return result
 
 
 def tiny_llama() -> torch.nn.Module:
@@ -42,7 +47,7 @@ def tiny_llama() -> torch.nn.Module:
     return LlamaForCausalLM(config)
 
 
-def training_step(steps: int) -> tuple[float, float, bool]:
+def training_step(steps: int) -> tuple[float, float, float, bool]:
     cpu_model = tiny_llama()
     hpu_model = copy.deepcopy(cpu_model).to("hpu")
     ids = torch.randint(0, 1000, (4, 64))
@@ -68,10 +73,10 @@ def training_step(steps: int) -> tuple[float, float, bool]:
         step(name)()
     times = interleaved({name: step(name) for name in setups}, steps)
     same = losses["cpu"] == losses["hpu"]
-    return times["cpu"], times["hpu"], same
+    return times["cpu"], times["hpu"], times["ratio"], same
 
 
-def per_op_overhead(repeats: int = 20, inner: int = 2000) -> tuple[float, float]:
+def per_op_overhead(repeats: int = 20, inner: int = 2000) -> tuple[float, float, float]:
     a, b = torch.randn(4), torch.randn(4)
     ha, hb = a.to("hpu"), b.to("hpu")
 
@@ -83,10 +88,10 @@ def per_op_overhead(repeats: int = 20, inner: int = 2000) -> tuple[float, float]
         return run
 
     times = interleaved({"cpu": loop(a, b), "hpu": loop(ha, hb)}, repeats)
-    return times["cpu"] / inner * 1e6, times["hpu"] / inner * 1e6
+    return times["cpu"] / inner * 1e6, times["hpu"] / inner * 1e6, times["ratio"]
 
 
-def generate_speed(repeats: int = 5, new_tokens: int = 32) -> tuple[float, float, bool]:
+def generate_speed(repeats: int = 9, new_tokens: int = 32) -> tuple[float, float, float, bool]:
     cpu_model = tiny_llama().eval()
     hpu_model = copy.deepcopy(cpu_model).to("hpu")
     ids = torch.randint(0, 1000, (1, 16))
@@ -106,9 +111,8 @@ def generate_speed(repeats: int = 5, new_tokens: int = 32) -> tuple[float, float
     for fn in fns.values():
         fn()
     times = interleaved(fns, repeats)
-    return new_tokens / times["cpu"], new_tokens / times["hpu"], torch.equal(
-        outputs["cpu"], outputs["hpu"]
-    )
+    same = torch.equal(outputs["cpu"], outputs["hpu"])
+    return new_tokens / times["cpu"], new_tokens / times["hpu"], 1 / times["ratio"], same
 
 
 def main() -> None:
@@ -120,22 +124,22 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, emulated {torch.hpu.get_device_name()}, 1 thread")
 
-    cpu_s, hpu_s, same = training_step(args.steps)
+    cpu_s, hpu_s, ratio, same = training_step(args.steps)
     calls_before = torch.hpu.fallback_calls()
-    training_step(1)
+    training_step(2)
     print(
         f"training step (tiny Llama, batch 4x64, fwd+bwd+AdamW): cpu {cpu_s * 1e3:.2f} ms, "
-        f"hpu {hpu_s * 1e3:.2f} ms, ratio hpu/cpu {hpu_s / cpu_s:.3f}, "
+        f"hpu {hpu_s * 1e3:.2f} ms, ratio hpu/cpu {ratio:.3f}, "
         f"losses identical: {same}"
     )
-    print(f"  fallback calls in 2 hpu steps (with warm-up): "
-          f"{torch.hpu.fallback_calls() - calls_before}")
-    cpu_us, hpu_us = per_op_overhead()
+    print(f"  fallback calls per hpu step: "
+          f"{(torch.hpu.fallback_calls() - calls_before) // 3}")
+    cpu_us, hpu_us, op_ratio = per_op_overhead()
     print(f"one op (a + b, 4 elements): cpu {cpu_us:.2f} us, hpu {hpu_us:.2f} us, "
-          f"fallback overhead {hpu_us - cpu_us:.2f} us/op, ratio {hpu_us / cpu_us:.2f}")
-    cpu_tps, hpu_tps, equal = generate_speed()
+          f"fallback overhead {hpu_us - cpu_us:.2f} us/op, ratio {op_ratio:.2f}")
+    cpu_tps, hpu_tps, tps_ratio, equal = generate_speed()
     print(f"greedy generate (32 new tokens): cpu {cpu_tps:.1f} tok/s, hpu {hpu_tps:.1f} tok/s, "
-          f"ratio hpu/cpu {hpu_tps / cpu_tps:.3f}, tokens identical: {equal}")
+          f"ratio hpu/cpu {tps_ratio:.3f}, tokens identical: {equal}")
 
 
 if __name__ == "__main__":

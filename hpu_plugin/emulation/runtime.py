@@ -90,6 +90,16 @@ def start() -> None:
     from hpu_plugin.emulation import dynamo
 
     dynamo.register_lazily()
+    _load_habana_ops()
+
+
+def _load_habana_ops() -> None:
+    """Habana-specific ops (``torch.ops.hpu.*``) live in an optional sibling module."""
+    try:
+        import hpu_plugin.emulation.habana_ops  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "hpu_plugin.emulation.habana_ops":
+            raise
 
 
 def _let_autograd_threads_finish() -> None:
