@@ -589,11 +589,15 @@ c10::intrusive_ptr<c10d::ProcessGroup> shadow_group(
 
 // ---------------------------------------------------------------- the fallback
 
+// The CPU view is held here, not only on the stack: the CPU kernel pops its arguments, so an
+// op returning nothing (`_fused_adam_`, `_foreach_*_`) or returning a different tensor would
+// leave a raw pointer to a freed TensorImpl for sync_back.
 struct Converted {
-  c10::TensorImpl* cpu_impl;
-  c10::StorageImpl* cpu_storage;
+  at::Tensor cpu;
+  c10::StorageImpl* cpu_storage;  // kept alive by `cpu`
   at::Tensor hpu;
   void* original_data;
+  bool written;  // an argument the schema marks (a!): its resizes are mirrored back
 };
 
 struct FallbackState {
@@ -613,7 +617,8 @@ struct FallbackState {
               " for ", st.op_name, ")");
 }
 
-at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict) {
+at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
+                      bool written = false) {
   if (!t.defined()) {
     return t;
   }
@@ -631,14 +636,13 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict) {
       if (c.hpu.storage().unsafeGetStorageImpl() == hpu_storage) {
         auto cpu = cpu_view_with(t, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::
                                                      reclaim_copy(c.cpu_storage)));
-        st.converted.push_back(
-            {cpu.unsafeGetTensorImpl(), c.cpu_storage, t, c.original_data});
+        st.converted.push_back({cpu, c.cpu_storage, t, c.original_data, written});
         return cpu;
       }
     }
     auto cpu = cpu_view(t);
-    st.converted.push_back({cpu.unsafeGetTensorImpl(), cpu.storage().unsafeGetStorageImpl(),
-                            t, hpu_storage->_mutable_data_ptr_no_checks().get()});
+    st.converted.push_back({cpu, cpu.storage().unsafeGetStorageImpl(), t,
+                            hpu_storage->_mutable_data_ptr_no_checks().get(), written});
     return cpu;
   }
   if (t.device().is_cpu()) {
@@ -650,6 +654,23 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict) {
     }
   }
   return t;
+}
+
+// `Tensor(a!)` and `Tensor(a!)[]` (whose write annotation sits on the element type).
+bool is_written(const c10::Argument& arg) {
+  const auto* alias = arg.alias_info();
+  if (alias == nullptr) {
+    return false;
+  }
+  if (alias->isWrite()) {
+    return true;
+  }
+  for (const auto& inner : alias->containedTypes()) {
+    if (inner.isWrite()) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool is_generator_type(const c10::TypePtr& type) {
@@ -665,7 +686,7 @@ at::Tensor from_cpu_result(const at::Tensor& t, FallbackState& st) {
   }
   c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   for (auto& c : st.converted) {
-    if (c.cpu_impl == impl) {
+    if (c.cpu.unsafeGetTensorImpl() == impl) {
       return c.hpu;
     }
   }
@@ -698,10 +719,11 @@ at::Tensor from_cpu_result(const at::Tensor& t, FallbackState& st) {
 // An out= or in-place operand whose CPU kernel resized it: mirror the change on the HPU side.
 void sync_back(const Converted& c) {
   c10::TensorImpl* hpu_impl = c.hpu.unsafeGetTensorImpl();
-  c10::TensorImpl* cpu_impl = c.cpu_impl;
+  c10::TensorImpl* cpu_impl = c.cpu.unsafeGetTensorImpl();
   auto& cpu_storage = cpu_impl->unsafe_storage();
-  if (cpu_storage.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get() != c.original_data &&
-      cpu_storage.unsafeGetStorageImpl() == c.cpu_storage) {
+  void* cpu_data = cpu_storage.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get();
+  if (cpu_data != c.original_data && cpu_storage.unsafeGetStorageImpl() == c.cpu_storage &&
+      cpu_data != c.hpu.storage().unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get()) {
     auto device = c.hpu.device().index();
     auto adopted = adopt_storage(cpu_storage, device);
     auto* hpu_storage = c.hpu.storage().unsafeGetStorageImpl();
@@ -729,16 +751,22 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   c10::SmallVector<size_t, 2> generator_slots;
   c10::SmallVector<size_t, 2> pg_slots;
 
+  bool any_written = false;
+
   for (size_t i = 0; i < num_args; ++i) {
     c10::IValue& iv = (*stack)[begin + i];
     if (iv.isTensor()) {
-      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true);
+      bool written = is_written(arguments[i]);
+      any_written |= written;
+      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true, written);
     } else if (iv.isTensorList()) {
+      bool written = is_written(arguments[i]);
+      any_written |= written;
       auto list = iv.toTensorList();
       c10::List<at::Tensor> out;
       out.reserve(list.size());
       for (const at::Tensor& t : list) {
-        out.push_back(to_cpu_arg(t, st, /*strict=*/true));
+        out.push_back(to_cpu_arg(t, st, /*strict=*/true, written));
       }
       iv = std::move(out);
     } else if (iv.isList()) {
@@ -820,13 +848,11 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
-  for (size_t i = 0; i < num_args; ++i) {
-    const auto* alias = arguments[i].alias_info();
-    if (alias != nullptr && alias->isWrite()) {
-      for (auto& c : st.converted) {
+  if (any_written) {
+    for (auto& c : st.converted) {
+      if (c.written) {
         sync_back(c);
       }
-      break;
     }
   }
 
