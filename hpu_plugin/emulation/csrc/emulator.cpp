@@ -737,6 +737,67 @@ void sync_back(const Converted& c) {
   }
 }
 
+// all_gather_into_tensor / reduce_scatter_tensor: HCCL (like NCCL) only needs the large
+// tensor to hold world_size times the elements of the small one, in any shape (Accelerate's
+// gather hands a flat output for a 2-D input; a stacked (world, ...) output is documented).
+// Gloo accepts only a concatenation along dim 0 (and aborts the process on a bad
+// reduce_scatter shape), so both contiguous operands are handed to it flat.
+void flatten_tensor_collective(torch::jit::Stack* stack, size_t begin, FallbackState& st,
+                               int64_t world, bool gather) {
+  auto flatten_pair = [&](c10::IValue& big_iv, c10::IValue& small_iv) -> std::pair<at::Tensor, at::Tensor> {
+    at::Tensor big = big_iv.toTensor();
+    at::Tensor small = small_iv.toTensor();
+    TORCH_CHECK(big.numel() == small.numel() * world,
+                gather ? "all_gather_into_tensor: output_tensor" : "reduce_scatter_tensor: input",
+                " has ", big.numel(), " elements (shape ", big.sizes(), "); it must hold world_size (",
+                world, ") times the ", small.numel(), " elements of ",
+                gather ? "input_tensor" : "output", " (shape ", small.sizes(), ")");
+    if (!big.is_contiguous() || !small.is_contiguous() || (big.dim() == 1 && small.dim() == 1)) {
+      return {big, small};
+    }
+    auto flat_big = big.view({-1});
+    auto flat_small = small.view({-1});
+    // Results map back to the caller's tensors, not to the flat views.
+    for (auto& c : st.converted) {
+      if (c.cpu.unsafeGetTensorImpl() == big.unsafeGetTensorImpl()) {
+        st.converted.push_back({flat_big, c.cpu_storage, c.hpu, c.original_data, false});
+        break;
+      }
+    }
+    for (auto& c : st.converted) {
+      if (c.cpu.unsafeGetTensorImpl() == small.unsafeGetTensorImpl()) {
+        st.converted.push_back({flat_small, c.cpu_storage, c.hpu, c.original_data, false});
+        break;
+      }
+    }
+    return {flat_big, flat_small};
+  };
+  // gather: (output, input); reduce_scatter: (output, input) with the input the large one
+  c10::IValue& out_iv = (*stack)[begin];
+  c10::IValue& in_iv = (*stack)[begin + 1];
+  if (out_iv.isTensor() && in_iv.isTensor()) {
+    auto r = gather ? flatten_pair(out_iv, in_iv) : flatten_pair(in_iv, out_iv);
+    out_iv = gather ? r.first : r.second;
+    in_iv = gather ? r.second : r.first;
+  } else if (out_iv.isTensorList() && in_iv.isTensorList()) {
+    auto outs = out_iv.toTensorList();
+    auto ins = in_iv.toTensorList();
+    TORCH_CHECK(outs.size() == ins.size(), "coalesced collective: ", outs.size(),
+                " outputs for ", ins.size(), " inputs");
+    c10::List<at::Tensor> new_outs;
+    c10::List<at::Tensor> new_ins;
+    for (size_t k = 0; k < outs.size(); ++k) {
+      c10::IValue o = outs.get(k);
+      c10::IValue in = ins.get(k);
+      auto r = gather ? flatten_pair(o, in) : flatten_pair(in, o);
+      new_outs.push_back(gather ? r.first : r.second);
+      new_ins.push_back(gather ? r.second : r.first);
+    }
+    out_iv = std::move(new_outs);
+    in_iv = std::move(new_ins);
+  }
+}
+
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
               torch::jit::Stack* stack) {
   g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
@@ -842,7 +903,17 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     auto obj = iv.toObjectRef().type();
     if (obj->name() && obj->name()->qualifiedName() ==
                            "__torch__.torch.classes.c10d.ProcessGroup") {
-      iv = shadow_group(iv.toCustomClass<c10d::ProcessGroup>());
+      auto pg = iv.toCustomClass<c10d::ProcessGroup>();
+      if (st.has_hpu && num_args >= 2) {
+        const auto& name = schema.name();
+        bool gather = name == "c10d::_allgather_base_" ||
+                      name == "c10d::allgather_into_tensor_coalesced_";
+        if (gather || name == "c10d::_reduce_scatter_base_" ||
+            name == "c10d::reduce_scatter_tensor_coalesced_") {
+          flatten_tensor_collective(stack, begin, st, pg->getSize(), gather);
+        }
+      }
+      iv = shadow_group(pg);
     }
   }
 
@@ -870,6 +941,25 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
         out.push_back(from_cpu_result(t, st));
       }
       iv = std::move(out);
+    } else if (iv.isList() && st.has_hpu) {
+      // Tensor[][] (allgather_'s output_tensors): hand back the caller's hpu tensors
+      auto list = iv.toList();
+      if (list.elementType()->kind() == c10::TypeKind::ListType) {
+        c10::impl::GenericList out(list.elementType());
+        out.reserve(list.size());
+        for (const c10::IValue& inner : list) {
+          if (inner.isTensorList()) {
+            c10::List<at::Tensor> mapped;
+            for (const at::Tensor& t : inner.toTensorList()) {
+              mapped.push_back(from_cpu_result(t, st));
+            }
+            out.push_back(std::move(mapped));
+          } else {
+            out.push_back(inner);
+          }
+        }
+        iv = std::move(out);
+      }
     }
   }
 }
