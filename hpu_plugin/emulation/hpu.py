@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from hpu_plugin.emulation import runtime
+from hpu_plugin.gaudi.generations import Generation, generation_from_name
 
 _initialized = False
 _autocast_dtype = torch.bfloat16
@@ -92,7 +93,13 @@ def get_device_name(device: Any = None) -> str:
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
-    return {"GAUDI": (1, 0), "GAUDI2": (2, 0), "GAUDI3": (3, 0)}[get_device_name(device)]
+    return (_generation().number, 0)
+
+
+def _generation() -> Generation:
+    found = generation_from_name(runtime.current_config().device_name)
+    assert found is not None
+    return found
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,8 @@ def get_device_properties(device: Any = None) -> _DeviceProperties:
 
 
 def get_arch_list() -> list[str]:
-    return [runtime.current_config().generation]
+    """The real one lists the device name (``["GAUDI2"]``)."""
+    return [get_device_name()]
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
