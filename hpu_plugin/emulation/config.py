@@ -183,7 +183,7 @@ def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
         visible = [modules.index(m) for m in wanted]
     visible_modules = [modules[i] for i in visible]
 
-    module_id = _acquired_module(environ, visible_modules)
+    module_id = acquired_module(environ, visible_modules)
     generation = srv.gaudi
     return EmulatorConfig(
         generation=srv.generation,
@@ -198,7 +198,7 @@ def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
     )
 
 
-def _acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
+def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
     """The one module a process acquires, chosen as the real stack chooses it."""
     accepted = ",".join(map(str, visible_modules))
     raw = environ.get(visibility.MODULE_ID)

@@ -29,19 +29,15 @@ def initialize_distributed_hpu() -> tuple[int, int, int]:
     rank = int(env.get("RANK", "-1"))
     local_rank = int(env.get("LOCAL_RANK", "-1"))
     if world_size > 1 and local_rank != -1:
+        from hpu_plugin.emulation import runtime
+
+        runtime.fix_acquisition_if_device_used()
         visible = env.get("HABANA_VISIBLE_MODULES", "").strip()
         env["HLS_MODULE_ID"] = visible.split(",")[local_rank].strip() if visible else str(
             local_rank
         )
     env["ID"] = str(rank)
     return world_size, rank, local_rank
-
-
-def _acquired_module() -> int:
-    from hpu_plugin.emulation import runtime
-
-    value = os.environ.get("HLS_MODULE_ID", "").strip()
-    return int(value) if value.isdigit() else runtime.current_config().module_id
 
 
 def check_module_group(modules: list[int]) -> None:
@@ -63,7 +59,9 @@ def check_module_group(modules: list[int]) -> None:
 
 def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[int]:
     prefix = f"hpu_plugin_emulator/{group_id}/module/"
-    store.set(f"{prefix}{rank}", str(_acquired_module()))
+    from hpu_plugin.emulation import runtime
+
+    store.set(f"{prefix}{rank}", str(runtime.acquired_module()))
     return [int(store.get(f"{prefix}{r}").decode()) for r in range(size)]
 
 
