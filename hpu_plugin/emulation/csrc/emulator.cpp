@@ -1002,6 +1002,11 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_", TORCH_FN(hpu_emu::set_empty));
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
+  // Composite kernels that pick a backend by device: on hpu they would choose
+  // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
+  m.impl("convolution_backward",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
 }
 
 // bf16 autocast: the policy lists PyTorch applies on CUDA (the real stack's own lists are
