@@ -173,6 +173,7 @@ def cases():
             F.conv1d(a.view(1, 4, 8), w), F.conv2d(a.view(1, 1, 4, 8), w.view(2, 1, 4, 2)),
             F.conv_transpose1d(a.view(1, 4, 8), w.transpose(0, 1))),
          (x, torch.randn(2, 4, 2))),
+        ("sign_sgn_grad_is_a_zero_tensor", lambda a: (a.sign(), torch.sgn(a)), (x,)),
         ("dropout", lambda a: F.dropout(a, 0.3, training=True), (x,)),
         ("gelu_silu_linear", lambda a, w: F.silu(F.linear(F.gelu(a), w)), (x, torch.randn(3, 8))),
     ]

@@ -434,17 +434,33 @@ c10::Storage cpu_storage_over(const c10::Storage& hpu) {
       c10::GetCPUAllocator(), /*resizable=*/true));
 }
 
+// The bits that change what a tensor's bytes mean.
+void copy_view_bits(const at::Tensor& from, c10::TensorImpl* to) {
+  if (from.is_conj()) {
+    to->_set_conj(true);
+  }
+  if (from.is_neg()) {
+    to->_set_neg(true);
+  }
+}
+
+// A zero tensor (autograd's _efficientzerotensor, e.g. the gradient of sign) has no bytes:
+// without its ZeroTensor key an hpu tensor of 0 bytes claimed its full size and the next read
+// ran off the allocation. The key can only be given at construction.
+c10::DispatchKeySet keys_like(c10::DispatchKey backend, const at::Tensor& like) {
+  c10::DispatchKeySet ks(backend);
+  if (C10_UNLIKELY(like._is_zerotensor())) {
+    ks = ks | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor);
+  }
+  return ks;
+}
+
 at::Tensor cpu_view_with(const at::Tensor& hpu, c10::Storage storage) {
   auto t = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), hpu.dtype());
+      std::move(storage), keys_like(c10::DispatchKey::CPU, hpu), hpu.dtype());
   auto* impl = t.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(hpu.sizes(), hpu.strides(), hpu.storage_offset());
-  if (hpu.is_conj()) {
-    impl->_set_conj(true);
-  }
-  if (hpu.is_neg()) {
-    impl->_set_neg(true);
-  }
+  copy_view_bits(hpu, impl);
   return t;
 }
 
@@ -468,15 +484,10 @@ c10::Storage adopt_storage(const c10::Storage& cpu, c10::DeviceIndex device) {
 
 at::Tensor hpu_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
   auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::HPU), like.dtype());
+      c10::Storage(storage), keys_like(c10::DispatchKey::HPU, like), like.dtype());
   auto* impl = t.unsafeGetTensorImpl();
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  if (like.is_conj()) {
-    impl->_set_conj(true);
-  }
-  if (like.is_neg()) {
-    impl->_set_neg(true);
-  }
+  copy_view_bits(like, impl);
   return t;
 }
 
@@ -530,7 +541,13 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     check_int64_fits(src);
     entering_int64 = false;
   }
+  TORCH_CHECK(!self._is_zerotensor(), "ZeroTensors are immutable. Please materialize the "
+              "tensor using `.clone()`, if you want a mutable zero tensor.");
   auto dst_cpu = as_cpu_operand(self);
+  if (C10_UNLIKELY(src._is_zerotensor())) {
+    dst_cpu.zero_();
+    return self;
+  }
   auto src_cpu = as_cpu_operand(src);
   dst_cpu.copy_(src_cpu, non_blocking);
   if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
