@@ -4,9 +4,26 @@ Host adapters (``hpu_plugin.hosts``) call these hooks at the host libraries' dec
 points, through ``hpu_plugin.registry``; plugins implement them with ``@hookimpl`` and are
 found through the ``hpu_plugin`` entry-point group. Deciding hooks are ``firstresult``:
 the first implementation that returns something other than ``None`` decides, so ``None``
-always means "no opinion, ask the next one". Order follows pluggy: ``tryfirst`` before
-plain before ``trylast``; among equals, the plugin registered last is asked first.
-A ``hookwrapper``/``wrapper=True`` implementation sees and may replace every result.
+always means "no opinion, ask the next one".
+
+Call order, for every hook (see ``docs/writing-a-plugin.md``):
+
+1. wrappers (``wrapper=True``, or old-style ``hookwrapper=True``) are entered first and
+   left last; each sees the decision of everything inside it and may replace it, or see
+   and handle a :class:`Refusal`;
+2. ``tryfirst=True`` implementations;
+3. plain implementations: the first-party plugin first, then third-party plugins in
+   ascending entry-point name;
+4. ``trylast=True`` implementations, asked only when all the others returned ``None``.
+
+So a third party overrides a first-party decision only when it asks to (``tryfirst`` or a
+wrapper), and ``trylast`` makes it a fallback. The registry fixes this order itself
+(third-party plugins are registered before first-party ones, by name); it does not depend
+on the order in which entry points are found.
+
+A return value must have the type the spec's annotation declares (``None`` aside): the
+registry checks it, and a wrong one is a plugin fault, reported and skipped like an
+exception, so the decision falls to the next implementation.
 """
 
 from __future__ import annotations
@@ -80,7 +97,9 @@ def hpu_device_properties() -> DeviceProperties | None:
 
 
 @hookspec(firstresult=True)
-def hpu_compile_backend(requested: CompileBackend | None, device_type: str) -> CompileBackend | None:
+def hpu_compile_backend(
+    requested: CompileBackend | None, device_type: str
+) -> CompileBackend | None:
     """Choose the ``torch.compile`` backend for one call.
 
     Called on every ``torch.compile`` call (and every ``@torch.compile`` decoration) while

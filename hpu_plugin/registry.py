@@ -434,7 +434,7 @@ class Registry:
                 result = function(*args, **kwargs)
             except hookspecs.Refusal:
                 raise
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # sys.exit() in a hook ends no program
                 self._report(record, hook, f"raised {exc!r} in {hook}; skipped", exc)
                 return None
             if expected is None or result is None or conforms(result, expected):

@@ -199,3 +199,19 @@ def test_every_deciding_spec_declares_a_checked_type():
 ])
 def test_result_check_follows_the_spec(hook, value, ok):
     assert conforms(value, RESULT_TYPES[hook]) is ok
+
+
+def test_fault_in_prepare_environment_leaves_the_others_called(site, caplog):
+    site.add("envfault", HEADER + """
+@hookimpl(tryfirst=True)
+def hpu_prepare_environment(environ):
+    environ["TOUCHED_BY_ENVFAULT"] = "1"
+    raise SystemExit("exit from a hook")
+""", dist="env-dist", version="4")
+    registry = _registry(site.entry_points())
+    environ: dict[str, str] = {}
+    registry.prepare_environment(environ)
+    assert environ["TOUCHED_BY_ENVFAULT"] == "1"
+    assert environ["PT_ENABLE_INT64_SUPPORT"] == "1"  # the first-party defaults still ran
+    [report] = _reports(caplog, "envfault")
+    assert "env-dist 4" in report and "SystemExit('exit from a hook')" in report
