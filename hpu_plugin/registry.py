@@ -264,6 +264,34 @@ class PluginRecord:
     import_seconds: float | None = None
 
 
+def discover(path: list[str] | None = None) -> list[metadata.EntryPoint]:
+    """Every ``hpu_plugin`` entry point installed on ``path`` (default ``sys.path``).
+
+    ``metadata.entry_points()`` raises for all when one distribution anywhere has a
+    malformed ``entry_points.txt``; read distribution by distribution instead, so such a
+    one is reported and the others load. The first distribution of a name on the path
+    wins, as with ``metadata.entry_points()``.
+    """
+    seen: set[str] = set()
+    found: list[metadata.EntryPoint] = []
+    distributions = metadata.distributions() if path is None else metadata.distributions(path=path)
+    for dist in distributions:
+        try:
+            name = getattr(dist, "_normalized_name", None) or dist.metadata["Name"] or ""
+            name = _normalise(name)
+            if name in seen:
+                continue
+            seen.add(name)
+            found.extend(ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP)
+        except Exception as exc:  # one broken installation must not hide every plugin
+            where = getattr(dist, "_path", None) or "an installed distribution"
+            log.warning(
+                "hpu_plugin: cannot read the entry points of %s (%r); its plugins, if any, "
+                "are skipped. Reinstall or remove that distribution.", where, exc,
+            )
+    return found
+
+
 def _normalise(dist_name: str) -> str:
     return re.sub(r"[-_.]+", "-", dist_name).lower()
 
@@ -306,7 +334,7 @@ class Registry:
         the fixed order the module docstring explains.
         """
         if entry_points is None:
-            entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
+            entry_points = discover()
         pairs = [(ep, _record_for(ep)) for ep in entry_points]
         pairs.sort(key=lambda pair: (not pair[1].first_party, pair[1].name, pair[1].distribution))
         accepted: list[tuple[metadata.EntryPoint, PluginRecord]] = []
@@ -394,6 +422,9 @@ class Registry:
         guarded = types.SimpleNamespace()
         hooks: list[str] = []
         for attr in dir(plugin):
+            if isinstance(inspect.getattr_static(plugin, attr, None),
+                          (property, functools.cached_property)):
+                continue  # never run a plugin's properties to look for hooks (as pluggy)
             try:
                 function = getattr(plugin, attr, None)
             except Exception:  # a property that raises is no hook

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hpu_plugin.registry import DIST_NAME, ENTRY_POINT_GROUP
+from hpu_plugin.registry import DIST_NAME, ENTRY_POINT_GROUP, discover
 
 
 class PluginSite:
@@ -48,13 +48,8 @@ class PluginSite:
         """This site's entry points, plus the installed first-party ones."""
         found = []
         if first_party:
-            found += [
-                ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)
-                if ep.dist is not None and ep.dist.name == DIST_NAME
-            ]
-        for dist in metadata.distributions(path=[str(self.root)]):
-            found += [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
-        return found
+            found += [ep for ep in discover() if ep.dist is not None and ep.dist.name == DIST_NAME]
+        return found + discover(path=[str(self.root)])
 
 
 @pytest.fixture

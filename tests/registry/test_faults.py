@@ -215,3 +215,37 @@ def hpu_prepare_environment(environ):
     assert environ["PT_ENABLE_INT64_SUPPORT"] == "1"  # the first-party defaults still ran
     [report] = _reports(caplog, "envfault")
     assert "env-dist 4" in report and "SystemExit('exit from a hook')" in report
+
+
+def test_malformed_metadata_of_one_distribution_hides_no_other(site, caplog):
+    site.add("good", HEADER + """
+@hookimpl(tryfirst=True)
+def hpu_ddp_backend(device_type, requested):
+    return "gloo"
+""")
+    broken = site.root / "broken_meta-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-meta\nVersion: 1.0\n")
+    (broken / "entry_points.txt").write_text("[hpu_plugin]\nthis line is not an entry point\n")
+    registry = _registry(site.entry_points())
+    assert registry.records["good"].status == "enabled"
+    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert any("broken_meta-1.0.dist-info" in r.getMessage() for r in caplog.records)
+
+
+def test_properties_are_not_run_when_looking_for_hooks(site):
+    site.add("lazy", HEADER + """
+class Plugin:
+    @property
+    def expensive(self):
+        raise AssertionError("a property was evaluated")
+
+    @hookimpl(tryfirst=True)
+    def hpu_ddp_backend(self, device_type, requested):
+        return "gloo"
+
+plugin = Plugin()
+""", attr="plugin")
+    registry = _registry(site.entry_points())
+    assert registry.records["lazy"].status == "enabled"
+    assert registry.ddp_backend("hpu", None) == "gloo"

@@ -200,3 +200,23 @@ def test_first_party_is_decided_by_distribution_not_module_name(site):
     assert registry.records["sneaky"].first_party is False
     assert registry.records["ddp"].first_party is True
     assert registry.call_order("hpu_ddp_backend") == ["ddp", "sneaky"]
+
+
+def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
+    site.add("bystander", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    events = []
+
+    @hookimpl(wrapper=True)
+    def hpu_ddp_backend(device_type, requested):
+        try:
+            return (yield)
+        finally:
+            events.append("left")
+    """)
+    registry = _registry(site.entry_points())
+    with pytest.raises(Refusal, match="nccl"):
+        registry.ddp_backend("hpu", "nccl")
+    assert __import__(site.modules[-1]).events == ["left"]
+    assert registry.records["bystander"].faults == []
