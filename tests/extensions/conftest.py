@@ -52,6 +52,22 @@ def _uninstall() -> subprocess.CompletedProcess[str]:
                           text=True, timeout=300)
 
 
+def _require_setuptools() -> None:
+    """``--no-build-isolation`` builds with the test environment's own setuptools, which
+    must build wheels by itself (70.1 and later do; older ones also need ``wheel``)."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("setuptools")
+    except metadata.PackageNotFoundError:
+        version = "none"
+    major_minor = tuple(int(part) for part in version.split(".")[:2] if part.isdigit())
+    assert len(major_minor) == 2 and major_minor >= (70, 1), (
+        f"tests/extensions build the example plugins with this environment's setuptools "
+        f"({version}); install setuptools>=70.1 (requirements/test.txt)"
+    )
+
+
 @pytest.fixture(scope="package")
 def installed_examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Install both example distributions with pip; uninstall them afterwards.
@@ -60,6 +76,7 @@ def installed_examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dic
     ``--no-deps --no-build-isolation --no-index`` so it needs no network. A previous run
     that died before its teardown left them installed: uninstalled first.
     """
+    _require_setuptools()
     _uninstall()
     build = tmp_path_factory.mktemp("examples")
     paths = []

@@ -220,3 +220,18 @@ def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
         registry.ddp_backend("hpu", "nccl")
     assert __import__(site.modules[-1]).events == ["left"]
     assert registry.records["bystander"].faults == []
+
+
+def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
+    site.add("renamed", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    @hookimpl(specname="hpu_ddp_backend", tryfirst=True)
+    def choose_backend(device_type, requested):
+        return 42  # checked against hpu_ddp_backend's declared type, so refused
+    """)
+    registry = _registry(site.entry_points())
+    assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
+    assert registry.call_order("hpu_ddp_backend") == ["renamed", "ddp"]
+    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert "does not allow" in registry.records["renamed"].reason
