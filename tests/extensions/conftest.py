@@ -109,15 +109,3 @@ def write_plugin(root: Path, name: str, source: str, *, dist: str, version: str)
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
     (info / "entry_points.txt").write_text(f"[hpu_plugin]\n{name} = {module}\n")
-
-
-#: Prints the registry's view as ``hpu-plugin plugins`` shows it (name -> status etc.).
-LIST_PLUGINS = """
-import json
-from hpu_plugin.registry import get_registry
-print(json.dumps({
-    name: {"status": r.status, "distribution": r.distribution, "version": r.version,
-           "first_party": r.first_party, "reason": r.reason, "hooks": r.hooks}
-    for name, r in get_registry().records.items()
-}))
-"""

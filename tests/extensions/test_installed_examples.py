@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from .conftest import LIST_PLUGINS, clean_environ, run_python
+from .conftest import NEUTRAL_CWD, clean_environ, run_python
+
+#: The console script ``pip install`` made for this environment.
+HPU_PLUGIN = Path(sys.executable).parent / "hpu-plugin"
+
+
+def _listing(**environ: str) -> dict:
+    """What ``hpu-plugin plugins --json`` reports, run as a user runs it."""
+    done = subprocess.run([str(HPU_PLUGIN), "plugins", "--json"], env=clean_environ(**environ),
+                          capture_output=True, text=True, timeout=120, cwd=NEUTRAL_CWD)
+    assert done.returncode == 0, done.stderr
+    listing = json.loads(done.stdout)
+    assert listing["error"] == ""
+    return listing
 
 
 def _plugins(**environ: str) -> dict[str, dict]:
-    done = run_python(LIST_PLUGINS, clean_environ(**environ), timeout=120)
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return {plugin["name"]: plugin for plugin in _listing(**environ)["plugins"]}
 
 
 def _enabled(plugins: dict[str, dict]) -> set[str]:
@@ -28,6 +42,13 @@ def test_installed_examples_are_discovered_with_their_metadata(installed_example
     assert plugins["compile-policy"]["hooks"] == ["hpu_compile_backend"]
     assert plugins["rank-placement"]["hooks"] == ["hpu_quantization_device_map"]
     assert {"device", "compile", "ddp", "quantization"} <= _enabled(plugins)
+
+
+def test_examples_take_part_where_they_ask_to(installed_examples):
+    order = _listing()["call_order"]
+    assert order["hpu_compile_backend"] == ["compile-policy", "compile"]  # a wrapper
+    assert order["hpu_quantization_device_map"] == ["rank-placement", "quantization"]  # tryfirst
+    assert order["hpu_ddp_backend"] == ["ddp"]
 
 
 def test_disable_switch_in_a_subprocess(installed_examples):
