@@ -45,7 +45,10 @@ def test_installed_examples_are_discovered_with_their_metadata(installed_example
 
 
 def test_examples_take_part_where_they_ask_to(installed_examples):
-    order = _listing()["call_order"]
+    ours = {"compile-policy", "compile", "rank-placement", "quantization", "ddp"}
+    # Other tests' plugins may be installed too: compare the order of ours only.
+    order = {hook: [name for name in names if name in ours]
+             for hook, names in _listing()["call_order"].items()}
     assert order["hpu_compile_backend"] == ["compile-policy", "compile"]  # a wrapper
     assert order["hpu_quantization_device_map"] == ["rank-placement", "quantization"]  # tryfirst
     assert order["hpu_ddp_backend"] == ["ddp"]
