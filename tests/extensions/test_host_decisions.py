@@ -8,9 +8,9 @@ import json
 import pytest
 
 from .conftest import clean_environ, run_python, write_plugin
-from .emulator import needs_emulator
+from .emulator import needs_hosts
 
-pytestmark = [pytest.mark.e2e, needs_emulator]
+pytestmark = [pytest.mark.e2e, needs_hosts]
 
 COMPILE = """
 import torch
