@@ -23,7 +23,7 @@ from hpu_plugin import hookspecs
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
-        importlib.util.find_spec("bitsandbytes") is None or importlib.util.find_spec("peft") is None,
+        not all(importlib.util.find_spec(name) for name in ("bitsandbytes", "peft")),
         reason="needs bitsandbytes and peft (requirements/quantization.txt)",
     ),
 ]
@@ -49,22 +49,14 @@ PRELUDE = textwrap.dedent(
         return path
 
     def ops_seen(function):
-        '''Names of the aten/custom ops ``function()`` dispatches, and its result.'''
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class Record(TorchDispatchMode):
-            seen = set()
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                self.seen.add(func.name())
-                return func(*args, **(kwargs or {}))
-
-        with Record() as record:
+        # names of every op function() calls, nested calls included, and its result
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        with torch.profiler.profile(activities=activities) as profile:
             result = function()
-        return record.seen, result
+        return {event.key for event in profile.key_averages()}, result
 
     def logits_error(model, reference, ids):
-        '''Relative L2 error and cosine of ``model``'s logits against ``reference``'s.'''
+        # relative L2 error and cosine of model's logits against reference's
         with torch.no_grad():
             got = model(ids.to(model.device)).logits.float().cpu()
             want = reference(ids).logits.float()
@@ -122,10 +114,6 @@ NF4_SCRIPT = """
         path, quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")
     )
     reference = LlamaForCausalLM.from_pretrained(path).eval()
-    on_cpu = AutoModelForCausalLM.from_pretrained(
-        path, device_map="cpu",
-        quantization_config=BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"),
-    ).eval()
     ids = torch.randint(0, 1000, (2, 16), generator=torch.Generator().manual_seed(1))
     ops, generated = ops_seen(
         lambda: quantized.generate(ids[:1].to("hpu"), max_new_tokens=6, do_sample=False)
@@ -133,12 +121,22 @@ NF4_SCRIPT = """
     import bitsandbytes as bnb
     linear4 = [m for m in quantized.modules() if isinstance(m, bnb.nn.Linear4bit)]
     relative, cosine = logits_error(quantized.eval(), reference, ids)
+    # the unquantized model with each weight replaced by bitsandbytes' own CPU
+    # dequantization of the packed NF4 weight that sits on the HPU
+    import copy
+    import bitsandbytes.functional as bnb_functional
+    dequantized = LlamaForCausalLM.from_pretrained(path).eval()
+    for name, module in quantized.named_modules():
+        if isinstance(module, bnb.nn.Linear4bit):
+            state = copy.copy(module.weight.quant_state)
+            state.to("cpu")
+            weight = bnb_functional.dequantize_4bit(module.weight.data.cpu(), state)
+            dequantized.get_submodule(name).weight.data.copy_(weight)
     with torch.no_grad():
-        cpu_logits = on_cpu(ids).logits
+        cpu_logits = dequantized(ids).logits
         hpu_logits = quantized(ids.to("hpu")).logits.cpu()
     print(json.dumps({
         "model_device": str(quantized.device),
-        "hf_device_map": quantized.hf_device_map,
         "parameter_devices": sorted({str(p.device) for p in quantized.parameters()}),
         "linear4bit": len(linear4),
         "weight_dtype": str(linear4[0].weight.dtype),
@@ -148,7 +146,7 @@ NF4_SCRIPT = """
         "dequantize_nf4_called": "hpu::dequantize_nf4" in ops,
         "relative": relative,
         "cosine": cosine,
-        "vs_cpu_nf4": (hpu_logits - cpu_logits).abs().max().item(),
+        "vs_dequantized": (hpu_logits - cpu_logits).abs().max().item(),
         "scale": cpu_logits.abs().max().item(),
     }))
 """
@@ -158,7 +156,6 @@ NF4_SCRIPT = """
 def test_nf4_model_without_device_map_lands_on_hpu0_and_generates(generation):
     report = run_ok(NF4_SCRIPT, generation)
     assert report["model_device"] == "hpu:0"
-    assert report["hf_device_map"] == {"": "hpu:0"}
     assert report["parameter_devices"] == ["hpu:0"]
     assert report["linear4bit"] == 14  # 7 projections x 2 layers; lm_head stays unquantized
     assert report["weight_dtype"] == "torch.uint8" and report["quant_type"] == "nf4"
@@ -171,9 +168,9 @@ def test_nf4_model_without_device_map_lands_on_hpu0_and_generates(generation):
     # relative L2 error < 0.2 and cosine similarity > 0.98.
     assert report["relative"] < 0.2, report
     assert report["cosine"] > 0.98, report
-    # Against the same NF4 quantization run by bitsandbytes on the CPU (its native CPU
-    # kernels): the same numbers, up to float32 summation order.
-    assert report["vs_cpu_nf4"] <= 1e-4 * max(1.0, report["scale"]), report
+    # Against the same weights dequantized by bitsandbytes on the CPU, computed in float32
+    # (the config's default compute dtype): equal up to float32 rounding.
+    assert report["vs_dequantized"] <= 1e-5 * max(1.0, report["scale"]), report
 
 
 QLORA_SCRIPT = """
