@@ -11,7 +11,7 @@ Ops provided:
     Called by bitsandbytes' HPU backend (``bitsandbytes/backends/hpu/ops.py``, kernel of
     ``bitsandbytes::dequantize_4bit``) for every 4-bit NF4 weight it dequantizes. Schema
     as the gaudi-pytorch-bridge declares it (``TORCH_LIBRARY(hpu, m)`` in its eager op
-    registrations; kernel ``hpu_ops/nf4_ops.cpp``, TPC guid ``cast_packed_nf4_to_<dtype>``):
+    registrations; kernel ``hpu_ops/backend/nf4_ops.cpp``, TPC ``cast_packed_nf4_to_<dtype>``):
     ``dequantize_nf4(Tensor input, Tensor absmax, SymInt blocksize, int[] out_shape,
     ScalarType out_dtype) -> Tensor``.
 
