@@ -89,7 +89,11 @@ def adapter_missing() -> str | None:
 
 
 def run(script: str, emulate: str = "1") -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_PLUGIN_", "HABANA_"))}
+    # a clean Gaudi environment, but the emulator's build cache stays where it is
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("HPU_PLUGIN_", "HABANA_")) or k == "HPU_PLUGIN_CACHE_DIR"
+    }
     env.update(HPU_PLUGIN_EMULATE=emulate, TOKENIZERS_PARALLELISM="false")
     return subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=TIMEOUT
