@@ -2,4 +2,16 @@
 
 Nothing here imports torch, a host library or a plugin: the plugins and the emulator both
 ask these rules, so what the emulator allows is what Gaudi allows.
+
+- ``visibility``   ``HABANA_VISIBLE_MODULES`` / ``HABANA_VISIBLE_DEVICES`` / ``HLS_MODULE_ID``
+- ``hlsmi``        ``hl-smi -Q ... -f csv``: parser, formatter (for the emulator), runner
+- ``selection``    a job's devices: group sizes and module-id combinations, one process per
+                   device, the module each local rank takes. Entry point for hosts:
+                   ``check_distributed_job(environ, world_size, local_world_size, local_rank,
+                   host_modules) -> JobPlacement`` (or ``check_this_process(environ)``)
+- ``generations``  GAUDI / GAUDI2 / GAUDI3 and what each supports (dtypes, int64, bitsandbytes)
+- ``modes``        lazy and eager, and what each allows (``torch.compile`` needs eager)
+- ``environment``  the defaults the plugin applies where the user set nothing
+- ``errors``       ``GaudiConfigError``: a ``Refusal`` (so hooks may raise it) and a
+                   ``ValueError``, naming the variable, its value, what is supported, the fix
 """

@@ -1,16 +1,35 @@
-"""Environment defaults the plugin applies, each only where the user set nothing."""
+"""Environment defaults the plugin applies, each only where the user set nothing, and the
+parsers of the Gaudi switches they concern (gaudi-facts.md §2)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, MutableMapping
+
+from hpu_plugin.gaudi.errors import GaudiConfigError
+
+LAZY_MODE = "PT_HPU_LAZY_MODE"
+INT64 = "PT_ENABLE_INT64_SUPPORT"
 
 #: Transformers uses int64 token ids; Gaudi casts int64 to int32 unless this is on, and its
 #: CI runs with it on (reference page). Eager mode is the documented default and the only
 #: mode in which ``torch.compile`` works (Gaudi support matrix).
 DEFAULTS: Mapping[str, str] = {
-    "PT_ENABLE_INT64_SUPPORT": "1",
-    "PT_HPU_LAZY_MODE": "0",
+    INT64: "1",
+    LAZY_MODE: "0",
 }
+
+_TRUE = {"1", "true", "on", "yes"}
+_FALSE = {"0", "false", "off", "no"}
+
+
+class EnvironmentValueError(GaudiConfigError):
+    """A Gaudi switch holds a value the Gaudi software would misread."""
+
+
+#: What :func:`apply_defaults` set in this process's ``os.environ``, so that diagnostics can
+#: tell the user's settings from ours after the fact.
+APPLIED: dict[str, str] = {}
 
 
 def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
@@ -20,9 +39,52 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
         if name not in environ:
             environ[name] = value
             applied[name] = value
+    if environ is os.environ:
+        APPLIED.update(applied)
     return applied
 
 
 def is_lazy(environ: Mapping[str, str]) -> bool:
     """Lazy mode, read as the Gaudi software reads it (default "1" in its Python code)."""
-    return environ.get("PT_HPU_LAZY_MODE", "1") != "0"
+    return environ.get(LAZY_MODE, "1") != "0"
+
+
+def parse_lazy_mode(raw: str | None) -> bool:
+    """``PT_HPU_LAZY_MODE``: True for lazy. Only ``0`` and ``1`` are accepted.
+
+    The Gaudi Python code takes every value except ``"0"`` as lazy, so ``false`` or ``off``
+    silently selects lazy mode, the opposite of what its writer meant: refuse it.
+    Unset means lazy, as the Gaudi software reads it (the plugin sets ``0`` first).
+    """
+    if raw is None:
+        return True
+    if raw == "0":
+        return False
+    if raw == "1":
+        return True
+    meant = "eager" if raw.strip().lower() in _FALSE else "lazy"
+    raise EnvironmentValueError(
+        LAZY_MODE,
+        raw,
+        "'0' (eager, torch.compile) or '1' (lazy)",
+        f"set {LAZY_MODE}={'0' if meant == 'eager' else '1'} for {meant} mode",
+        problem="the Gaudi software reads every value but '0' as lazy mode",
+    )
+
+
+def parse_int64_support(raw: str | None) -> bool | None:
+    """``PT_ENABLE_INT64_SUPPORT``: True/False, or ``None`` when unset (the Gaudi default)."""
+    if raw is None:
+        return None
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise EnvironmentValueError(
+        INT64,
+        raw,
+        "'1' (int64 kept on the device) or '0' (int64 cast to int32)",
+        f"set {INT64}=1, which Transformers needs for int64 token ids",
+        problem="not a switch value",
+    )

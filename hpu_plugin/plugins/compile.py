@@ -2,29 +2,26 @@
 
 Inductor has no HPU code generator, so a default ``torch.compile`` cannot work on Gaudi;
 the Gaudi software supports ``hpu_backend`` and ``eager`` only (Gaudi support matrix), and
-only in eager mode.
+only in eager mode (``hpu_plugin.gaudi.modes``).
 """
 
 from __future__ import annotations
 
 import os
 
-from hpu_plugin.gaudi.environment import is_lazy
-from hpu_plugin.hookspecs import CompileBackend, Refusal, hookimpl
+from hpu_plugin.gaudi.modes import EAGER, check_compile
+from hpu_plugin.hookspecs import CompileBackend, hookimpl
 
-SUPPORTED = ("hpu_backend", "eager")
+SUPPORTED = EAGER.compile_backends
 
 
 @hookimpl
-def hpu_compile_backend(requested: CompileBackend | None, device_type: str) -> CompileBackend | None:
+def hpu_compile_backend(
+    requested: CompileBackend | None, device_type: str
+) -> CompileBackend | None:
     if device_type != "hpu":
         return None
-    if is_lazy(os.environ):
-        raise Refusal(
-            f"torch.compile does not work in Gaudi lazy mode (PT_HPU_LAZY_MODE="
-            f"{os.environ.get('PT_HPU_LAZY_MODE', '1')!r}): set PT_HPU_LAZY_MODE=0 before "
-            "starting Python, or do not call torch.compile."
-        )
+    check_compile(os.environ)  # lazy mode: a Refusal naming PT_HPU_LAZY_MODE and the fix
     if callable(requested) or requested in SUPPORTED:
         return None  # the caller's own backend function, or one Gaudi supports
     return "hpu_backend"

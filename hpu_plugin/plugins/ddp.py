@@ -1,8 +1,20 @@
-"""DDP backend selector: collectives on Gaudi go through HCCL."""
+"""DDP backend selector: collectives on Gaudi go through HCCL.
+
+This hook runs when a host is about to initialise a process group, the last moment before
+the first collective: the job's device selection is checked here (``hpu_plugin.gaudi.
+selection``), because on Gaudi a wrong group hangs or fails inside HCCL instead of saying
+what is wrong.
+"""
 
 from __future__ import annotations
 
+import logging
+import os
+
+from hpu_plugin.gaudi.selection import check_this_process
 from hpu_plugin.hookspecs import Refusal, hookimpl
+
+log = logging.getLogger("hpu_plugin")
 
 #: Backends that exist only for other accelerators and cannot run on Gaudi.
 FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs"}
@@ -12,11 +24,14 @@ FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs
 def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
     if device_type != "hpu":
         return None
-    if requested is None:
-        return "hccl"
     if requested in FOREIGN:
         raise Refusal(
             f"backend {requested!r} is for {FOREIGN[requested]} and cannot run on Gaudi (hpu): "
             "use ddp_backend='hccl' (or backend='hccl'), or leave it unset."
         )
-    return requested
+    if requested not in (None, "hccl"):
+        return requested  # the user's own backend (gloo on CPU tensors): HCCL rules do not apply
+    placement = check_this_process(os.environ)  # raises GaudiConfigError, a Refusal
+    if placement is not None:
+        placement.log_warnings(log)
+    return "hccl"

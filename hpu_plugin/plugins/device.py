@@ -1,16 +1,22 @@
 """HPU device provider: is Gaudi ready, which device, which generation.
 
 Written against the real ``habana_frameworks``/``torch.hpu`` API only; the emulator stands
-in for that API, so this module has no branch for it.
+in for that API, so this module has no branch for it. The facts it applies (defaults, the
+job's device selection) come from ``hpu_plugin.gaudi``.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import os
 from collections.abc import MutableMapping
 
 from hpu_plugin.gaudi.environment import apply_defaults
+from hpu_plugin.gaudi.selection import check_this_process
 from hpu_plugin.hookspecs import DeviceProperties, hookimpl
+
+log = logging.getLogger("hpu_plugin")
 
 
 @hookimpl
@@ -37,6 +43,12 @@ def hpu_device_properties() -> DeviceProperties | None:
     hpu = getattr(torch, "hpu", None)
     if hpu is None or not hpu.is_available():
         return None
+    # Which device this process takes is decided by the launcher's variables and
+    # HABANA_VISIBLE_MODULES; a selection that cannot work is refused here, when a host
+    # first asks for the device, rather than in the first collective.
+    placement = check_this_process(os.environ)
+    if placement is not None:
+        placement.log_warnings(log)
     return DeviceProperties(
         device_type="hpu",
         count=hpu.device_count(),

@@ -1,0 +1,66 @@
+"""The one error type of the Gaudi rules, and the findings ``hpu-plugin doctor`` reports.
+
+Every rule names four things, because a user who meets the message must be able to act on
+it without reading our code: the input at fault (variable), its value, what is supported,
+and the fix. The error is a :class:`~hpu_plugin.hookspecs.Refusal`, so a hook that raises
+it reaches the user instead of being swallowed as a plugin fault by the registry, and it is
+a ``ValueError`` for callers that know nothing of hooks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from hpu_plugin.hookspecs import Refusal
+
+Severity = Literal["error", "warning", "info", "ok"]
+
+
+class GaudiConfigError(Refusal):
+    """A Gaudi setting that cannot work; raised before any kernel or collective runs."""
+
+    def __init__(
+        self, variable: str, value: object, supported: str, fix: str, problem: str = ""
+    ) -> None:
+        self.variable = variable
+        self.value = value
+        self.supported = supported
+        self.fix = fix
+        self.problem = problem
+        text = f"{variable} is unset" if value is None else f"{variable}={value!r}"
+        if problem:
+            text += f": {problem}"
+        super().__init__(f"{text}. Supported: {supported}. Fix: {fix}")
+
+    def as_finding(self, check: str) -> Finding:
+        return Finding(
+            check=check,
+            severity="error",
+            variable=self.variable,
+            value=None if self.value is None else str(self.value),
+            message=str(self),
+            fix=self.fix,
+        )
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of ``hpu-plugin doctor``: a rule, what it found, and what to do."""
+
+    check: str
+    severity: Severity
+    message: str
+    fix: str = ""
+    variable: str = ""
+    value: str | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "check": self.check,
+            "severity": self.severity,
+            "message": self.message,
+            "fix": self.fix,
+            "variable": self.variable,
+            "value": self.value,
+        }

@@ -1,0 +1,209 @@
+"""``hl-smi`` CSV output: the parser the plugin uses and the formatter the emulator prints with.
+
+The format follows the real tool (gaudi-facts.md §3, Habana "Multiple Dockers" page):
+``hl-smi -Q index,module_id -f csv`` prints a header line ``index, module_id`` and one row per
+device, fields separated by a comma and a space, rows in no particular order.
+``-f csv,noheader`` drops the header. Whether quantities such as ``memory.total`` carry a
+unit in the header (``memory.total [MiB]``) or the value (``98304 MiB``) is not in our
+sources, so the parser accepts both and the formatter prints the value with its unit.
+
+Keeping the formatter here, next to the parser, is what makes the emulator's ``hl-smi``
+print what this parser reads, and both what the real tool prints.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+INDEX_MODULE_FIELDS = ("index", "module_id")
+#: What ``hpu-plugin devices`` asks for; the emulator should answer every one of these.
+DEVICE_FIELDS = ("index", "module_id", "name", "memory.total", "bus_id")
+#: Seconds to wait for ``hl-smi`` (``HPU_PLUGIN_HLSMI_TIMEOUT`` overrides): it answers in
+#: about a second on a healthy host; a hung driver must not hang the job or the command.
+TIMEOUT = 10.0
+
+_UNIT_SUFFIX = re.compile(r"\s*\[[^\]]*\]$")
+_INTEGER = re.compile(r"[0-9]+", re.ASCII)
+_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*", re.ASCII)
+_QUANTITY = re.compile(r"([0-9]+)\s*([A-Za-z]*)", re.ASCII)
+_MIB = {"": 1, "mib": 1, "mb": 1, "gib": 1024, "gb": 1024, "kib": 1 / 1024, "kb": 1 / 1024}
+
+
+class HlSmiError(ValueError):
+    """``hl-smi`` printed something we cannot read, failed, or did not answer in time."""
+
+
+def format_csv(
+    rows: Iterable[Mapping[str, object]], fields: Sequence[str], header: bool = True
+) -> str:
+    """Print ``rows`` as ``hl-smi -Q <fields> -f csv`` does (``header=False``: ``csv,noheader``)."""
+    lines = [", ".join(fields)] if header else []
+    for row in rows:
+        lines.append(", ".join(str(row[field]) for field in fields))
+    return "\n".join(lines) + "\n"
+
+
+def _field_name(text: str) -> str:
+    return _UNIT_SUFFIX.sub("", text.strip())
+
+
+def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, str]]:
+    """Rows of ``hl-smi -f csv`` output as dicts keyed by field name (units dropped).
+
+    With ``fields``, a first line of field names is taken as the header and a headerless
+    output (``csv,noheader``: its first line has values) is read with ``fields`` as columns. Without
+    ``fields`` the first line must be the header. Raises :class:`HlSmiError` for text with
+    no header, an empty field name, or a row whose column count differs from the header's.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        raise HlSmiError("hl-smi printed nothing")
+    first = [_field_name(cell) for cell in lines[0].split(",")]
+    looks_like_header = any(first) and all(_FIELD.fullmatch(name) for name in first if name)
+    if fields is not None and first != list(fields) and not looks_like_header:
+        columns, body = list(fields), lines
+    else:
+        columns, body = first, lines[1:]
+    if any(not name for name in columns):
+        raise HlSmiError(f"hl-smi header has an empty field name: {lines[0]!r}")
+    if len(set(columns)) != len(columns):
+        raise HlSmiError(f"hl-smi header repeats a field: {lines[0]!r}")
+    rows = []
+    for number, line in enumerate(body, start=1):
+        cells = [cell.strip() for cell in line.split(",")]
+        if len(cells) != len(columns):
+            raise HlSmiError(
+                f"hl-smi row {number} has {len(cells)} fields, the header {len(columns)}: {line!r}"
+            )
+        rows.append(dict(zip(columns, cells, strict=True)))
+    return rows
+
+
+def parse_int(value: str, field: str) -> int:
+    """A non-negative integer cell; :class:`HlSmiError` otherwise."""
+    if not _INTEGER.fullmatch(value.strip()):
+        raise HlSmiError(f"hl-smi field {field} is not a non-negative integer: {value!r}")
+    return int(value)
+
+
+def parse_mib(value: str) -> int | None:
+    """A memory quantity in MiB (``98304``, ``98304 MiB``, ``96 GiB``); ``None`` for N/A."""
+    match = _QUANTITY.fullmatch(value.strip())
+    if match is None or match.group(2).lower() not in _MIB:
+        return None
+    return int(int(match.group(1)) * _MIB[match.group(2).lower()])
+
+
+def parse_index_module_map(text: str) -> dict[int, int]:
+    """Device index to module id from ``hl-smi -Q index,module_id -f csv`` (header optional).
+
+    Raises :class:`HlSmiError` when a column is missing, a cell is not an integer, or an
+    index or module id appears twice.
+    """
+    return rows_to_index_module_map(parse_csv(text, INDEX_MODULE_FIELDS))
+
+
+def rows_to_index_module_map(rows: Iterable[Mapping[str, str]]) -> dict[int, int]:
+    """The index to module id map of parsed rows; see :func:`parse_index_module_map`."""
+    mapping: dict[int, int] = {}
+    for row in rows:
+        if "index" not in row or "module_id" not in row:
+            raise HlSmiError(f"hl-smi output lacks index or module_id columns: {sorted(row)}")
+        index = parse_int(row["index"], "index")
+        module = parse_int(row["module_id"], "module_id")
+        if index in mapping:
+            raise HlSmiError(f"hl-smi lists device index {index} twice")
+        if module in mapping.values():
+            raise HlSmiError(f"hl-smi lists module id {module} twice")
+        mapping[index] = module
+    return mapping
+
+
+@dataclass(frozen=True)
+class HlSmiQuery:
+    """The answer to one query: rows, or why there are none (``missing`` is not an error)."""
+
+    rows: list[dict[str, str]] | None
+    missing: bool = False
+    reason: str = ""
+    timed_out: bool = False
+
+
+def default_timeout() -> float:
+    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return TIMEOUT
+    return value if value > 0 else TIMEOUT
+
+
+def query(
+    fields: Sequence[str] = INDEX_MODULE_FIELDS,
+    timeout: float | None = None,
+    executable: str = "hl-smi",
+) -> HlSmiQuery:
+    """Run ``hl-smi -Q <fields> -f csv`` with a timeout.
+
+    A missing ``hl-smi`` is no error (no Gaudi driver here): ``missing=True``. A timeout, a
+    non-zero exit or unreadable output gives ``rows=None`` with the reason; never raises.
+    """
+    timeout = default_timeout() if timeout is None else timeout
+    path = shutil.which(executable)
+    if path is None:
+        return HlSmiQuery(None, missing=True, reason=f"{executable} not found on PATH")
+    command = [path, "-Q", ",".join(fields), "-f", "csv"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return HlSmiQuery(
+            None, reason=f"`{' '.join(command)}` did not answer in {timeout:g} s", timed_out=True
+        )
+    except OSError as exc:
+        return HlSmiQuery(None, reason=f"`{' '.join(command)}` could not run: {exc}")
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        return HlSmiQuery(
+            None,
+            reason=f"`{' '.join(command)}` exited {done.returncode}: "
+            f"{detail[-1] if detail else 'no output'}",
+        )
+    try:
+        return HlSmiQuery(parse_csv(done.stdout, fields))
+    except HlSmiError as exc:
+        return HlSmiQuery(None, reason=str(exc))
+
+
+def index_module_map(
+    timeout: float | None = None, executable: str = "hl-smi"
+) -> dict[int, int] | None:
+    """This host's device index to module id map, or ``None`` when ``hl-smi`` cannot tell."""
+    answer = query(INDEX_MODULE_FIELDS, timeout, executable)
+    if answer.rows is None:
+        return None
+    try:
+        return rows_to_index_module_map(answer.rows)
+    except HlSmiError:
+        return None
+
+
+def host_modules(
+    timeout: float | None = None, executable: str = "hl-smi"
+) -> tuple[int, ...] | None:
+    """Module ids on this host, sorted, or ``None`` when unknown (no ``hl-smi``)."""
+    mapping = index_module_map(timeout, executable)
+    return None if mapping is None else tuple(sorted(mapping.values()))
+
+
+@functools.lru_cache(maxsize=1)
+def cached_index_module_map() -> dict[int, int] | None:
+    """:func:`index_module_map`, asked once per process: the host's devices do not change
+    while a job runs, and every check of a job needs the same answer."""
+    return index_module_map()

@@ -1,0 +1,53 @@
+"""Lazy and eager execution and what each allows (gaudi-facts.md §1, §2; SPEC R1, R12).
+
+Eager (``PT_HPU_LAZY_MODE=0``) runs ops as they come and is the only mode with
+``torch.compile``: the Gaudi support matrix lists ``hpu_backend`` and ``eager`` as
+supported in eager mode and nothing in lazy mode. Lazy mode accumulates a graph until
+``mark_step`` and keeps int64 off (int64 on device is an eager, Gaudi2+ feature).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hpu_plugin.gaudi.environment import LAZY_MODE, parse_lazy_mode
+from hpu_plugin.gaudi.errors import GaudiConfigError
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str  # "lazy" | "eager"
+    compile: bool  # torch.compile works
+    compile_backends: tuple[str, ...]  # backends Gaudi supports in this mode
+    int64: bool  # int64 can stay int64 on the device (Gaudi2+ also required)
+    mark_step: bool  # htcore.mark_step does something (a no-op with a warning in eager)
+
+
+LAZY = Mode("lazy", compile=False, compile_backends=(), int64=False, mark_step=True)
+EAGER = Mode(
+    "eager", compile=True, compile_backends=("hpu_backend", "eager"), int64=True, mark_step=False
+)
+
+
+class CompileModeError(GaudiConfigError):
+    """``torch.compile`` asked for in lazy mode."""
+
+
+def mode(environ: Mapping[str, str]) -> Mode:
+    """The mode the Gaudi software will run in; raises for a value it would misread."""
+    return LAZY if parse_lazy_mode(environ.get(LAZY_MODE)) else EAGER
+
+
+def check_compile(environ: Mapping[str, str]) -> None:
+    """Raise before compiling when ``torch.compile`` cannot work (lazy mode)."""
+    if mode(environ).compile:
+        return
+    raise CompileModeError(
+        LAZY_MODE,
+        environ.get(LAZY_MODE),
+        "torch.compile only in eager mode (PT_HPU_LAZY_MODE=0)",
+        f"set {LAZY_MODE}=0 before starting Python (or unset it: the plugin then sets 0), "
+        "or do not call torch.compile (TrainingArguments(torch_compile=False))",
+        problem="torch.compile does not work in Gaudi lazy mode",
+    )

@@ -1,0 +1,353 @@
+"""Which module each process of a job takes, and whether the group can work (SPEC R6).
+
+Facts (gaudi-facts.md §2, §3): local rank ``i`` takes entry ``i`` of
+``HABANA_VISIBLE_MODULES`` (the hccl import sets ``HLS_MODULE_ID`` from it), or module ``i``
+when the variable is unset; every process of a job must see the same value. On part of a
+server only groups of 2 and 4 devices are supported, with the module ids
+``0,1 | 2,3 | 4,5 | 6,7`` and ``0,1,2,3 | 4,5,6,7``; 8 is the whole server; one device is
+fine for a job that is not distributed. A wrong group does not fail cleanly on Gaudi: it
+hangs or fails in the first collective, so it is refused here, before process-group
+initialisation.
+
+Module ids inside virtual machines can be arbitrary (a VM may get modules 1,4,5,2:
+DeepSpeed#5929), and there the documented combinations say nothing about which groups are
+wired together. So the combination rule is enforced (an error) only when the host's module
+ids show the physical numbering: the whole server ``0..7``, or a set that is itself one of
+the supported groups (a container given a supported group). On any other layout, or when
+``hl-smi`` is not there to tell, an unlisted combination is a warning. Group *size* and
+one-process-per-device are enforced on every layout: they do not depend on numbering.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hpu_plugin.gaudi import visibility
+from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.visibility import MAX_DEVICES, MODULE_ID, MODULES
+
+SUPPORTED_GROUPS: Mapping[int, tuple[tuple[int, ...], ...]] = {
+    2: ((0, 1), (2, 3), (4, 5), (6, 7)),
+    4: ((0, 1, 2, 3), (4, 5, 6, 7)),
+    8: (tuple(range(8)),),
+}
+WHOLE_SERVER = frozenset(range(MAX_DEVICES))
+LAUNCH_FIX = (
+    "launch one process per device (accelerate launch --num_processes, torchrun --nproc-per-node)"
+)
+_LOGGED: set[str] = set()
+_SIGNED = re.compile(r"-?[0-9]+", re.ASCII)
+
+Layout = Literal["server", "group", "arbitrary", "unknown"]
+HostModules = Sequence[int] | Mapping[int, int] | None
+
+
+class PlacementError(GaudiConfigError):
+    """A distributed job whose devices cannot work together."""
+
+
+def _ids(modules: Iterable[int]) -> str:
+    return ",".join(map(str, modules))
+
+
+def supported_groups_text() -> str:
+    return (
+        "groups of 2 devices with module ids 0,1 | 2,3 | 4,5 | 6,7; groups of 4 with "
+        "0,1,2,3 | 4,5,6,7; all 8 (the whole server); 1 device for a job that is not distributed"
+    )
+
+
+def host_layout(host_modules: HostModules) -> Layout:
+    """How far module ids on this host can be trusted to follow the physical layout."""
+    if host_modules is None:
+        return "unknown"
+    modules = frozenset(
+        host_modules.values() if isinstance(host_modules, Mapping) else host_modules
+    )
+    if modules == WHOLE_SERVER:
+        return "server"
+    if tuple(sorted(modules)) in SUPPORTED_GROUPS.get(len(modules), ()):
+        return "group"
+    return "arbitrary"
+
+
+def is_supported_group(modules: Sequence[int]) -> bool:
+    return tuple(sorted(modules)) in SUPPORTED_GROUPS.get(len(modules), ())
+
+
+def group_name(modules: Sequence[int]) -> str:
+    size = len(modules)
+    if size == MAX_DEVICES and is_supported_group(modules):
+        return "whole server"
+    if is_supported_group(modules):
+        return f"supported group of {size}"
+    return f"unlisted group of {size}"
+
+
+def _suggest(size: int, modules: Sequence[int], host: frozenset[int] | None) -> str:
+    """A supported group of ``size``, preferring one that holds the first chosen module."""
+    candidates = [g for g in SUPPORTED_GROUPS.get(size, ()) if host is None or set(g) <= host]
+    for group in candidates:
+        if modules and modules[0] in group:
+            return ",".join(map(str, group))
+    return ",".join(map(str, candidates[0])) if candidates else ""
+
+
+@dataclass(frozen=True)
+class JobPlacement:
+    """Where this process runs, and what the checks found (warnings never stop the job)."""
+
+    world_size: int
+    local_world_size: int
+    local_rank: int
+    modules: tuple[int, ...] | None  # module of each local rank; None: any (not distributed)
+    module_id: int | None  # this process's module; None: the Gaudi software picks
+    group: str  # "whole server", "supported group of 2", "single device", ...
+    layout: Layout
+    enforced: bool  # whether the module-id combination rule applied as an error
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def log_warnings(self, logger: logging.Logger) -> None:
+        """Log each warning once per process, however often the job is checked."""
+        for warning in self.warnings:
+            if warning not in _LOGGED:
+                _LOGGED.add(warning)
+                logger.warning("hpu_plugin: %s", warning)
+
+
+def _positive(variable: str, value: int, minimum: int, fix: str) -> None:
+    if value < minimum:
+        raise PlacementError(variable, value, f"an integer >= {minimum}", fix)
+
+
+def check_distributed_job(
+    environ: Mapping[str, str],
+    world_size: int,
+    local_world_size: int,
+    local_rank: int,
+    host_modules: HostModules = None,
+) -> JobPlacement:
+    """Check a job's device selection before any collective; raise :class:`PlacementError`
+    (or another :class:`GaudiConfigError`) naming the variable, its value and the fix.
+
+    ``host_modules`` is what ``hl-smi`` shows: the index-to-module-id map
+    (:func:`hpu_plugin.gaudi.hlsmi.index_module_map`; lets the error translate indices given
+    as module ids) or just the module ids, or ``None`` when unknown.
+    """
+    launch_fix = LAUNCH_FIX
+    _positive("WORLD_SIZE", world_size, 1, launch_fix)
+    _positive("LOCAL_WORLD_SIZE", local_world_size, 1, launch_fix)
+    if local_world_size > world_size:
+        raise PlacementError(
+            "LOCAL_WORLD_SIZE",
+            local_world_size,
+            f"at most WORLD_SIZE ({world_size})",
+            launch_fix,
+        )
+    if not 0 <= local_rank < local_world_size:
+        raise PlacementError(
+            "LOCAL_RANK",
+            local_rank,
+            f"0 to LOCAL_WORLD_SIZE-1 ({local_world_size - 1})",
+            launch_fix,
+        )
+    raw_modules = environ.get(MODULES)
+    visible = visibility.parse_visible_modules(raw_modules)
+    # HABANA_VISIBLE_DEVICES is not read here: it acts at `docker run`, not in the process,
+    # so a value the runtime accepted cannot make the job fail (``hpu-plugin doctor`` shows it).
+    warnings: list[str] = []
+    try:
+        own = visibility.parse_module_id(environ.get(MODULE_ID))
+    except visibility.VisibilityError as exc:
+        if world_size == 1:
+            raise
+        own = None  # the hccl import sets it per rank in a distributed job
+        warnings.append(f"{exc.problem} ({MODULE_ID}={exc.value!r}); hccl replaces it per rank")
+    layout = host_layout(host_modules)
+    index_map: Mapping[int, int] | None = None
+    host: frozenset[int] | None = None
+    if isinstance(host_modules, Mapping):
+        index_map = host_modules
+        host = frozenset(host_modules.values())
+    elif host_modules is not None:
+        host = frozenset(host_modules)
+        index_map = {m: m for m in host}  # ids only: no index translation to offer
+
+    if world_size == 1:
+        chosen = (own,) if own is not None else visible[:1] if visible else None
+        if chosen is not None and index_map is not None:
+            variable = MODULE_ID if own is not None else MODULES
+            visibility.check_modules_exist(chosen, index_map, variable, environ.get(variable))
+        return JobPlacement(
+            1,
+            1,
+            0,
+            chosen,
+            chosen[0] if chosen else None,
+            "single device",
+            layout,
+            False,
+        )
+
+    if local_world_size > MAX_DEVICES:
+        raise PlacementError(
+            "LOCAL_WORLD_SIZE",
+            local_world_size,
+            f"at most {MAX_DEVICES} processes per server (one per device)",
+            launch_fix,
+        )
+    if visible is None:
+        modules = tuple(range(local_world_size))
+    else:
+        if len(visible) < local_world_size:
+            raise PlacementError(
+                MODULES,
+                raw_modules,
+                "one module id per process of the node",
+                f"list {local_world_size} module ids, or launch {len(visible)} process(es)",
+                problem=f"it lists {len(visible)} module(s) for {local_world_size} processes; "
+                f"local rank {len(visible)} would have no device",
+            )
+        if len(visible) > local_world_size:
+            warnings.append(
+                f"{MODULES}={raw_modules} lists {len(visible)} modules for {local_world_size} "
+                f"processes: modules {','.join(map(str, visible[local_world_size:]))} stay unused"
+            )
+        modules = visible[:local_world_size]
+
+    variable, value = (
+        (MODULES, raw_modules) if visible is not None else ("LOCAL_WORLD_SIZE", local_world_size)
+    )
+    size = len(modules)
+    enforced = layout in ("server", "group")
+    # Size first: a group of 3 is wrong whatever the module ids are.
+    if size not in SUPPORTED_GROUPS and size != 1:
+        pick = _suggest(2, modules, host) or "0,1"
+        raise PlacementError(
+            variable,
+            value,
+            supported_groups_text(),
+            f"run 2 or 4 processes per node on a supported group, e.g. {MODULES}={pick} "
+            "with 2 processes (accelerate launch --num_processes 2, torchrun --nproc-per-node 2)",
+            problem=f"a group of {size} devices ({size} processes on this node); Gaudi supports "
+            "partial-server groups of 2 or 4 only",
+        )
+    if visible is not None and index_map is not None:
+        visibility.check_modules_exist(visible, index_map, MODULES, raw_modules)
+    if visible is None and host is not None and not set(modules) <= host:
+        pick = _suggest(local_world_size, sorted(host), host) or _ids(
+            sorted(host)[:local_world_size]
+        )
+        raise PlacementError(
+            MODULES,
+            None,
+            f"module ids present on this host: {_ids(sorted(host))}",
+            f"set {MODULES}={pick}"
+            if len(host) >= local_world_size
+            else f"this host has {len(host)} device(s): {launch_fix}",
+            problem=f"local rank i then takes module i (0..{local_world_size - 1}), and "
+            f"module(s) {_ids(m for m in modules if m not in host)} are not on this host",
+        )
+    if size == 1:
+        warnings.append(
+            f"one device per node in a {world_size}-process job is not among the documented "
+            "partial-server groups (2 or 4 devices)"
+        )
+    elif not is_supported_group(modules):
+        shown = ",".join(map(str, modules))
+        pick = _suggest(size, modules, host)
+        problem = f"module ids {shown} are not a supported group of {size}"
+        if visible is None:
+            problem += " (local rank i takes module i)"
+        if enforced:
+            raise PlacementError(
+                MODULES,
+                raw_modules if visible is not None else None,
+                f"for {size} devices, module ids "
+                + " | ".join(",".join(map(str, g)) for g in SUPPORTED_GROUPS[size]),
+                f"set {MODULES}={pick}"
+                + (f" (or another supported group of {size})" if size < 8 else ""),
+                problem=problem,
+            )
+        why = "unknown: no hl-smi" if layout == "unknown" else "not the 0..7 layout, as in a VM"
+        warnings.append(
+            f"{problem}; not enforced because this host's module ids ({why}) "
+            "may not follow the documented numbering"
+        )
+    if own is not None and own != modules[local_rank]:
+        warnings.append(
+            f"{MODULE_ID}={own} is replaced by {modules[local_rank]} ({MODULES} entry for local "
+            f"rank {local_rank}) when hccl initialises"
+        )
+    return JobPlacement(
+        world_size,
+        local_world_size,
+        local_rank,
+        tuple(modules),
+        modules[local_rank],
+        group_name(modules) if size > 1 else "single device per node",
+        layout,
+        enforced,
+        tuple(warnings),
+    )
+
+
+def _env_int(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, int] | None:
+    for name in names:
+        raw = environ.get(name)
+        if raw is None:
+            continue
+        if not _SIGNED.fullmatch(raw.strip()):
+            raise PlacementError(
+                name,
+                raw,
+                "an integer",
+                "let the launcher (torchrun, accelerate launch, mpirun) set it, not by hand",
+            )
+        return name, int(raw.strip())
+    return None
+
+
+def job_from_environ(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
+    """``(world_size, local_world_size, local_rank)`` as the launcher set them, or ``None``
+    outside a launcher. Reads torchrun's variables, then Open MPI's, as the hccl import does."""
+    world = _env_int(environ, ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"))
+    if world is None:
+        return None
+    local_rank = _env_int(environ, ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
+    local_world = _env_int(environ, ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"))
+    rank = local_rank[1] if local_rank else 0
+    # Without LOCAL_WORLD_SIZE a single-node job is assumed, the common case on Gaudi.
+    size = local_world[1] if local_world else world[1]
+    return world[1], size, rank
+
+
+def check_job_from_environ(
+    environ: Mapping[str, str], host_modules: HostModules = None
+) -> JobPlacement | None:
+    """:func:`check_distributed_job` with the launcher's variables; ``None`` outside a launcher."""
+    job = job_from_environ(environ)
+    if job is None:
+        return None
+    return check_distributed_job(environ, *job, host_modules=host_modules)
+
+
+def check_this_process(environ: Mapping[str, str]) -> JobPlacement | None:
+    """:func:`check_job_from_environ` with this host's ``hl-smi`` map (asked once per process).
+
+    The entry point for the plugins and host adapters: ``None`` outside a launcher, a
+    placement (whose ``warnings`` the caller logs) or a :class:`GaudiConfigError`.
+    """
+    if job_from_environ(environ) is None:
+        return None
+    from hpu_plugin.gaudi.hlsmi import cached_index_module_map
+
+    return check_job_from_environ(environ, cached_index_module_map())
