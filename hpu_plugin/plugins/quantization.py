@@ -2,39 +2,38 @@
 
 It also refuses, before any weight is loaded, what bitsandbytes cannot run on Gaudi, so that
 the user gets a message naming the setting and its fix instead of a failure deep inside the
-first forward pass. What Gaudi supports, from the pinned bitsandbytes (0.50.2) sources:
+first forward pass. The rules (first-generation Gaudi, bit widths, NF4 only, fp16 compute)
+are facts of ``hpu_plugin.gaudi.generations``, shared with ``hpu-plugin doctor``; this
+module adds the one the facts module does not check yet, 4-bit storage. Sources, from the
+pinned bitsandbytes 0.50.2:
 
-- Generations: the README's accelerator table lists Intel Gaudi (``hpu``) with hardware
-  requirement "Gaudi2, Gaudi3"; first-generation Gaudi is not supported.
-- 4-bit: ``backends/hpu/ops.py`` registers one HPU kernel, ``bitsandbytes::dequantize_4bit``,
-  which raises for any ``quant_type`` other than ``"nf4"`` and for storage other than
-  uint8 or bfloat16; ``tests/helpers.py:is_supported_on_hpu`` also excludes a float16
-  compute dtype (and fp4). Everything else runs on bitsandbytes' pure-PyTorch kernels.
-- 8-bit (LLM.int8): the README marks it supported on Gaudi2/3 (✅), and the test suite runs
-  ``Linear8bitLt`` on ``hpu`` (``tests/test_linear8bitlt.py``, with ``hpu_backend`` for
-  ``torch.compile``) through the pure-PyTorch kernels. It is therefore placed like 4-bit,
-  not refused. (The "we support only NF4 inference on Gaudi" remark in vllm-project/vllm
-  #20172 is about vLLM's Gaudi loader, not bitsandbytes.)
+- ``backends/hpu/ops.py`` registers one HPU kernel, ``bitsandbytes::dequantize_4bit``; it
+  raises for any ``quant_type`` other than ``"nf4"`` and for storage other than uint8 or
+  bfloat16. ``tests/helpers.py:is_supported_on_hpu`` also excludes fp4 and float16.
+- 8-bit (LLM.int8): the README's accelerator table marks it supported on Gaudi2/3 and its
+  test suite runs ``Linear8bitLt`` on ``hpu`` (``tests/test_linear8bitlt.py``) through the
+  pure-PyTorch kernels, so 8-bit is placed, not refused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-from hpu_plugin.hookspecs import DeviceMap, Refusal, hookimpl
+from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.generations import bitsandbytes_findings, generation_from_name
+from hpu_plugin.hookspecs import DeviceMap, hookimpl
+
+log = logging.getLogger("hpu_plugin")
 
 METHOD = "bitsandbytes"
-#: ``torch.hpu.get_device_name()`` of first-generation Gaudi, which bitsandbytes does not
-#: support (README accelerator table: "Gaudi2, Gaudi3").
-FIRST_GENERATION = "GAUDI"
-SUPPORTED_BITS = (4, 8)
-#: 4-bit settings bitsandbytes runs on HPU (backends/hpu/ops.py, tests/helpers.py).
-HPU_4BIT_QUANT_TYPES = ("nf4",)
+#: 4-bit storage dtypes bitsandbytes' HPU kernel reads (``backends/hpu/ops.py``).
 HPU_4BIT_QUANT_STORAGE = ("uint8", "bfloat16")
-HPU_4BIT_UNSUPPORTED_COMPUTE_DTYPES = ("float16",)
 #: ``device_map`` strings with which Accelerate spreads the model over the accelerators.
 _SPREADING_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+_warned: set[str] = set()
 
 
 def _dtype_name(value: object) -> str:
@@ -62,62 +61,41 @@ def places_on_hpu(device_map: DeviceMap | None) -> bool:
     return _is_hpu(device_map)
 
 
-def refusal(
-    bits: int, generation: str, options: Mapping[str, Any] | None = None
-) -> str | None:
-    """Why bitsandbytes at ``bits`` cannot run on this Gaudi with ``options``, or ``None``.
+def check(bits: int, device_name: str, options: Mapping[str, Any] | None = None) -> None:
+    """Raise a Refusal (:class:`GaudiConfigError`) for what bitsandbytes cannot run here.
 
-    ``generation`` is ``torch.hpu.get_device_name()``. ``options`` are the quantization
-    settings the host passes (keys ``quant_type``, ``quant_storage``, ``compute_dtype``;
-    dtypes as ``torch.dtype`` or their names); missing keys are not checked.
+    ``device_name`` is ``torch.hpu.get_device_name()``. ``options`` are the quantization
+    settings the host passes (``quant_type``, ``quant_storage``, ``compute_dtype``; dtypes
+    as ``torch.dtype`` or their names); missing ones are not checked. Warnings of the
+    facts module are logged once each.
     """
-    config = "BitsAndBytesConfig(load_in_4bit=True)" if bits == 4 else (
-        "BitsAndBytesConfig(load_in_8bit=True)"
-    )
-    if bits not in SUPPORTED_BITS:
-        return (
-            f"bitsandbytes quantization to bits={bits} is not supported on Gaudi: use "
-            "BitsAndBytesConfig(load_in_4bit=True) or load_in_8bit=True."
-        )
-    if generation == FIRST_GENERATION:
-        return (
-            f"{config} cannot run on first-generation Gaudi (torch.hpu.get_device_name() "
-            f"returned {generation!r}): bitsandbytes supports Gaudi2 and Gaudi3 only. Fix: "
-            "run on Gaudi2 or Gaudi3, load the model unquantized in bfloat16 "
-            "(torch_dtype=torch.bfloat16), or quantize on the CPU with device_map='cpu'."
-        )
-    if bits != 4 or not options:
-        return None
-    quant_type = options.get("quant_type")
-    if quant_type is not None and quant_type not in HPU_4BIT_QUANT_TYPES:
-        return (
-            f"BitsAndBytesConfig(bnb_4bit_quant_type={quant_type!r}) cannot run on Gaudi: "
-            "bitsandbytes' HPU backend dequantizes NF4 only. Fix: pass "
-            "bnb_4bit_quant_type='nf4'."
-        )
-    storage = options.get("quant_storage")
-    if storage is not None and _dtype_name(storage) not in HPU_4BIT_QUANT_STORAGE:
-        return (
-            f"BitsAndBytesConfig(bnb_4bit_quant_storage=torch.{_dtype_name(storage)}) cannot "
-            "run on Gaudi: bitsandbytes' HPU backend reads 4-bit weights stored as uint8 or "
-            "bfloat16 only. Fix: leave bnb_4bit_quant_storage unset (torch.uint8) or pass "
-            "torch.bfloat16."
-        )
+    options = options or {}
     compute = options.get("compute_dtype")
-    if compute is not None and _dtype_name(compute) in HPU_4BIT_UNSUPPORTED_COMPUTE_DTYPES:
-        return (
-            f"BitsAndBytesConfig(bnb_4bit_compute_dtype=torch.{_dtype_name(compute)}) is not "
-            "supported by bitsandbytes on Gaudi. Fix: pass "
-            "bnb_4bit_compute_dtype=torch.bfloat16 (every Gaudi generation computes in bf16)."
+    findings = bitsandbytes_findings(
+        generation_from_name(device_name),
+        bits,
+        quant_type=str(options.get("quant_type") or "nf4"),
+        compute_dtype=None if compute is None else _dtype_name(compute),
+    )
+    storage = options.get("quant_storage")
+    if bits == 4 and storage is not None and _dtype_name(storage) not in HPU_4BIT_QUANT_STORAGE:
+        raise GaudiConfigError(
+            "bnb_4bit_quant_storage",
+            f"torch.{_dtype_name(storage)}",
+            "torch.uint8 or torch.bfloat16 (what bitsandbytes' HPU kernel reads)",
+            "leave bnb_4bit_quant_storage unset (torch.uint8) or pass torch.bfloat16",
         )
-    return None
+    for finding in findings:
+        if finding.severity in ("warning", "error") and finding.message not in _warned:
+            _warned.add(finding.message)
+            log.warning("hpu_plugin: %s; %s", finding.message, finding.fix)
 
 
 def decide(
     method: str,
     bits: int,
     device_map: DeviceMap | None,
-    generation: str,
+    device_name: str,
     current: int,
     options: Mapping[str, Any] | None = None,
 ) -> DeviceMap | None:
@@ -125,9 +103,7 @@ def decide(
     if method != METHOD:
         return None
     if places_on_hpu(device_map):
-        reason = refusal(bits, generation, options)
-        if reason is not None:
-            raise Refusal(reason)
+        check(bits, device_name, options)
     if device_map is not None:
         return None  # the user's device_map is theirs
     return {"": f"hpu:{current}"}
