@@ -98,8 +98,9 @@ def test_4bit_settings_the_hpu_backend_cannot_run_are_refused(options, setting, 
     assert fix in str(refused.value)
 
 
-def test_fp16_compute_is_placed_with_a_warning(caplog):
+def test_fp16_compute_is_placed_with_a_warning(caplog, monkeypatch):
     """bitsandbytes' HPU kernel accepts float16 but its tests never run it on HPU: warn."""
+    monkeypatch.setattr(quantization, "_warned", set())  # each warning is logged once
     options = {"quant_type": "nf4", "compute_dtype": torch.float16}
     with caplog.at_level("WARNING", logger="hpu_plugin"):
         assert quantization.decide("bitsandbytes", 4, None, "GAUDI2", 0, options) == {
