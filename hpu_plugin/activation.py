@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 
 log = logging.getLogger("hpu_plugin")
 
@@ -19,6 +20,33 @@ _ON = {"1", "true", "yes", "on"}
 
 #: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
 state: dict[str, str] = {"status": "off", "reason": "not run"}
+
+
+#: The emulator's stand-ins for ``habana_frameworks``; never mistaken for the real package.
+STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulation", "standins")
+
+
+def real_gaudi_installed() -> bool:
+    """Is the real ``habana_frameworks`` importable (the emulator's stand-ins do not count)?"""
+    spec = importlib.util.find_spec("habana_frameworks")
+    if spec is None:
+        return False
+    locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
+    return not all(os.path.abspath(path).startswith(STANDINS) for path in locations)
+
+
+def add_standins() -> None:
+    """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
+
+    Hosts look for ``habana_frameworks`` before they import torch; the stand-ins must be
+    findable from the start, as the real package is. Never raises: a ``.pth`` error would
+    print on every interpreter start.
+    """
+    try:
+        if STANDINS not in sys.path and not real_gaudi_installed():
+            sys.path.append(STANDINS)
+    except Exception as exc:
+        log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
 def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
@@ -42,7 +70,7 @@ def _activate() -> None:
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
     emulate = emulation_requested(environ)
-    real = importlib.util.find_spec("habana_frameworks") is not None
+    real = real_gaudi_installed()
     if not emulate and not real:
         state.update(status="skipped", reason="no Gaudi software and no emulation requested")
         return
@@ -70,10 +98,12 @@ def _activate() -> None:
             return
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
+    from hpu_plugin.hosts import install
+
+    # Also without a device: the hosts' own HPU checks would otherwise look at the Gaudi
+    # software directly and could say yes where a plugin said no.
+    install(registry)
     if not registry.device_available():
         state.update(status="skipped", reason="Gaudi software present, but no device is ready")
         return
-    from hpu_plugin.hosts import install
-
-    install(registry)
     state.update(status="active", reason="emulated Gaudi" if emulate else "Gaudi")

@@ -1,11 +1,20 @@
-"""A CPU-backed emulation of the Gaudi software stack (opt-in: HPU_PLUGIN_EMULATE)."""
+"""A CPU-backed emulation of the Gaudi software stack (opt-in: HPU_PLUGIN_EMULATE).
+
+Kept cheap to import: everything heavy is imported by :func:`start`.
+"""
 
 from __future__ import annotations
 
+from hpu_plugin.emulation.errors import EmulationError
 
-class EmulationError(RuntimeError):
-    """The emulator cannot start; the message names the cause and the fix."""
+__all__ = ["EmulationError", "start"]
 
 
 def start() -> None:
-    raise EmulationError("the Gaudi emulator is not built yet")
+    """Bring up the emulated Gaudi server; idempotent.
+
+    Raises EmulationError (one line: cause and fix) when it cannot, leaving torch untouched.
+    """
+    from hpu_plugin.emulation.runtime import start as _start
+
+    _start()

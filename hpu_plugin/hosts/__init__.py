@@ -3,13 +3,57 @@
 Each adapter finds one host's decision points and routes them through
 ``hpu_plugin.registry``; it never calls a plugin directly. Adapters are version-guarded:
 one that cannot find what it expects logs one line naming the host and version and stays
-out.
+out. Transformers and Accelerate adapters are post-import hooks (``importhook``), since
+activation runs inside ``import torch``, possibly half-way through a host's own import.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+
 from hpu_plugin.registry import Registry
+
+log = logging.getLogger("hpu_plugin")
+
+_lock = threading.Lock()
+_installed: object | None = None  # the Patches of the installed adapters
 
 
 def install(registry: Registry) -> None:
-    """Install every adapter; called once by activation when Gaudi is ready."""
+    """Install the adapters once per process; never raises.
+
+    With a device ready every adapter is installed. Without one (a plugin hid Gaudi, or
+    the Gaudi software is present with no device) only the availability answers are, so
+    the hosts' own HPU branches follow the registry and stay off.
+    """
+    global _installed
+    with _lock:
+        if _installed is not None:
+            return
+        from hpu_plugin.hosts import accelerate_adapter, torch_adapter, transformers_adapter
+        from hpu_plugin.hosts.patching import Patches
+
+        patches = Patches()
+        _installed = patches
+        try:
+            available = registry.device_available()
+            if available:
+                torch_adapter.install(registry, patches)
+            transformers_adapter.install(registry, patches, available)
+            accelerate_adapter.install(registry, patches, available)
+        except Exception as exc:  # activation must never break `import torch`
+            log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
+            patches.undo()
+
+
+def uninstall() -> None:
+    """Undo every adapter and drop pending hooks (tests, and a clean ``hpu-plugin`` run)."""
+    global _installed
+    from hpu_plugin.hosts import importhook
+
+    with _lock:
+        importhook.remove()
+        if _installed is not None:
+            _installed.undo()  # type: ignore[attr-defined]
+            _installed = None

@@ -1,0 +1,1004 @@
+// A host-memory runtime for PyTorch's built-in HPU device type.
+//
+// HPU tensors live in ordinary host memory, so every op without a dedicated kernel here runs
+// its CPU kernel on zero-copy CPU views of the HPU tensors (the boxed fallback below). The
+// dedicated kernels are the structural ones the dispatcher needs before any data exists
+// (allocation, views, copies across devices, storage swaps).
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/op_registration/op_registration.h>
+#include <ATen/detail/HPUHooksInterface.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/extension.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace hpu_emu {
+
+// ---------------------------------------------------------------- configuration
+
+constexpr int kMaxDevices = 8;
+
+struct Config {
+  int device_count = 0;
+  int64_t memory_limit = 0;  // bytes per device
+  bool int64_supported = true;
+  bool fp16_supported = true;
+  std::string generation = "GAUDI2";
+};
+
+Config g_config;
+thread_local c10::DeviceIndex t_current_device = 0;
+std::atomic<uint64_t> g_fallback_calls{0};
+
+void check_index(c10::DeviceIndex index) {
+  TORCH_CHECK(
+      index >= 0 && index < g_config.device_count,
+      "Invalid device hpu:", static_cast<int>(index), ": the process sees ",
+      g_config.device_count,
+      " Gaudi device(s) (HABANA_VISIBLE_MODULES / HABANA_VISIBLE_DEVICES / "
+      "HPU_PLUGIN_EMULATE_DEVICES)");
+}
+
+c10::DeviceIndex resolve(std::optional<c10::Device> device) {
+  if (device.has_value() && device->has_index()) {
+    check_index(device->index());
+    return device->index();
+  }
+  return t_current_device;
+}
+
+// ---------------------------------------------------------------- memory statistics
+
+struct DeviceStats {
+  std::atomic<int64_t> in_use{0};
+  std::atomic<int64_t> max_in_use{0};
+  std::atomic<int64_t> num_allocs{0};
+  std::atomic<int64_t> num_frees{0};
+  std::atomic<int64_t> total_allocated{0};
+};
+
+DeviceStats g_stats[kMaxDevices];
+
+void account_alloc(c10::DeviceIndex device, int64_t nbytes) {
+  auto& s = g_stats[device];
+  int64_t now = s.in_use.fetch_add(nbytes) + nbytes;
+  if (g_config.memory_limit > 0 && now > g_config.memory_limit) {
+    s.in_use.fetch_sub(nbytes);
+    TORCH_CHECK_WITH(
+        OutOfMemoryError, false,
+        "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::", nbytes, " (",
+        nbytes / (1024.0 * 1024.0), ")MB on hpu:", static_cast<int>(device), ": ",
+        now - nbytes, " bytes in use of ", g_config.memory_limit,
+        " (HPU_PLUGIN_EMULATE_MEMORY)");
+  }
+  int64_t peak = s.max_in_use.load();
+  while (now > peak && !s.max_in_use.compare_exchange_weak(peak, now)) {
+  }
+  s.num_allocs.fetch_add(1);
+  s.total_allocated.fetch_add(nbytes);
+}
+
+void account_free(c10::DeviceIndex device, int64_t nbytes) {
+  g_stats[device].in_use.fetch_sub(nbytes);
+  g_stats[device].num_frees.fetch_add(1);
+}
+
+// ---------------------------------------------------------------- allocator
+
+struct AllocContext {
+  void* data;
+  int64_t nbytes;
+  c10::DeviceIndex device;
+};
+
+void delete_owned(void* ctx) {
+  auto* c = static_cast<AllocContext*>(ctx);
+  account_free(c->device, c->nbytes);
+  c10::free_cpu(c->data);
+  delete c;
+}
+
+// Memory the CPU kernel allocated and an HPU tensor now owns: the CPU storage stays alive
+// until the HPU storage dies, so adopting it costs no copy.
+struct AdoptContext {
+  c10::intrusive_ptr<c10::StorageImpl> cpu;
+  int64_t nbytes;
+  c10::DeviceIndex device;
+};
+
+void delete_adopted(void* ctx) {
+  auto* c = static_cast<AdoptContext*>(ctx);
+  account_free(c->device, c->nbytes);
+  delete c;
+}
+
+struct HPUAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    c10::DeviceIndex device = t_current_device;
+    check_index(device);
+    account_alloc(device, static_cast<int64_t>(nbytes));
+    void* data = nullptr;
+    try {
+      data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    } catch (...) {
+      account_free(device, static_cast<int64_t>(nbytes));
+      throw;
+    }
+    auto* ctx = new AllocContext{data, static_cast<int64_t>(nbytes), device};
+    return {data, ctx, &delete_owned, c10::Device(c10::DeviceType::HPU, device)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return nullptr;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+HPUAllocator g_allocator;
+REGISTER_ALLOCATOR(c10::DeviceType::HPU, &g_allocator)
+
+// Pinned host memory: host memory is all there is, so pinning only records the pointer
+// for is_pinned().
+std::mutex g_pinned_mutex;
+std::unordered_set<const void*> g_pinned;
+
+void delete_pinned(void* ptr) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    g_pinned.erase(ptr);
+  }
+  c10::free_cpu(ptr);
+}
+
+struct PinnedAllocator final : c10::Allocator {
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+    if (data) {
+      std::lock_guard<std::mutex> lock(g_pinned_mutex);
+      g_pinned.insert(data);
+    }
+    return {data, data, &delete_pinned, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override {
+    return &delete_pinned;
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+// ---------------------------------------------------------------- device guard
+
+struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override {
+    return c10::DeviceType::HPU;
+  }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    auto old = getDevice();
+    if (d.index() != t_current_device) {
+      setDevice(d);
+    }
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return {c10::DeviceType::HPU, t_current_device};
+  }
+  void setDevice(c10::Device d) const override {
+    TORCH_CHECK(d.is_hpu(), "expected an hpu device, got ", d);
+    if (d.has_index()) {
+      check_index(d.index());
+      t_current_device = d.index();
+    }
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.has_index() && d.index() >= 0 && d.index() < g_config.device_count) {
+      t_current_device = d.index();
+    }
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override {
+    return static_cast<c10::DeviceIndex>(g_config.device_count);
+  }
+  // Work is synchronous: events are always complete.
+  void record(void** /*event*/, const c10::Stream& /*stream*/,
+              const c10::DeviceIndex /*device_index*/,
+              const c10::EventFlag /*flag*/) const override {}
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override {
+    return true;
+  }
+  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/)
+      const noexcept override {}
+  bool queryStream(const c10::Stream& /*stream*/) const override {
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*data_ptr*/,
+                             const c10::Stream& /*stream*/) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl)
+
+// ---------------------------------------------------------------- generators
+
+// An HPU generator wraps a CPU (mt19937) generator: the CPU kernels
+// that the fallback runs need a CPUGeneratorImpl, so they get the inner one.
+struct HPUGeneratorImpl final : c10::GeneratorImpl {
+  explicit HPUGeneratorImpl(c10::DeviceIndex index, uint64_t seed = c10::default_rng_seed_val)
+      : c10::GeneratorImpl(c10::Device(c10::DeviceType::HPU, index),
+                           c10::DispatchKeySet(c10::DispatchKey::HPU)),
+        inner(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
+  void set_current_seed(uint64_t seed) override {
+    inner.set_current_seed(seed);
+  }
+  void set_offset(uint64_t offset) override {
+    inner.set_offset(offset);
+  }
+  uint64_t get_offset() const override {
+    return inner.get_offset();
+  }
+  uint64_t current_seed() const override {
+    return inner.current_seed();
+  }
+  uint64_t seed() override {
+    return inner.seed();
+  }
+  void set_state(const c10::TensorImpl& new_state) override {
+    inner.unsafeGetGeneratorImpl()->set_state(new_state);
+  }
+  c10::intrusive_ptr<c10::TensorImpl> get_state() const override {
+    return inner.unsafeGetGeneratorImpl()->get_state();
+  }
+  HPUGeneratorImpl* clone_impl() const override {
+    auto* copy = new HPUGeneratorImpl(device_.index());
+    copy->inner = inner.clone();
+    return copy;
+  }
+  static c10::DeviceType device_type() {
+    return c10::DeviceType::HPU;
+  }
+  at::Generator inner;
+};
+
+std::once_flag g_generators_once;
+std::vector<at::Generator> g_default_generators;
+
+const at::Generator& default_generator(c10::DeviceIndex index) {
+  std::call_once(g_generators_once, [] {
+    for (int i = 0; i < kMaxDevices; ++i) {
+      g_default_generators.push_back(
+          at::make_generator<HPUGeneratorImpl>(static_cast<c10::DeviceIndex>(i)));
+    }
+  });
+  if (index < 0) {
+    index = t_current_device;
+  }
+  check_index(index);
+  return g_default_generators[index];
+}
+
+at::Generator cpu_generator_for(const at::Generator& gen) {
+  return static_cast<HPUGeneratorImpl*>(gen.unsafeGetGeneratorImpl())->inner;
+}
+
+}  // namespace hpu_emu
+
+// ---------------------------------------------------------------- hooks
+
+namespace at {
+// The registry looks the class up by this exact name.
+struct HPUHooks final : HPUHooksInterface {
+  explicit HPUHooks(HPUHooksArgs /*unused*/) {}
+  void init() const override {}
+  bool hasHPU() const override {
+    return hpu_emu::g_config.device_count > 0;
+  }
+  bool isBuilt() const override {
+    return true;
+  }
+  bool isAvailable() const override {
+    return hpu_emu::g_config.device_count > 0;
+  }
+  bool hasPrimaryContext(DeviceIndex /*device_index*/) const override {
+    return true;
+  }
+  DeviceIndex deviceCount() const override {
+    return static_cast<DeviceIndex>(hpu_emu::g_config.device_count);
+  }
+  void setCurrentDevice(DeviceIndex device) const override {
+    hpu_emu::check_index(device);
+    hpu_emu::t_current_device = device;
+  }
+  DeviceIndex getCurrentDevice() const override {
+    return hpu_emu::t_current_device;
+  }
+  DeviceIndex exchangeDevice(DeviceIndex device) const override {
+    auto old = hpu_emu::t_current_device;
+    setCurrentDevice(device);
+    return old;
+  }
+  DeviceIndex maybeExchangeDevice(DeviceIndex device) const override {
+    return exchangeDevice(device);
+  }
+  bool isPinnedPtr(const void* data) const override {
+    std::lock_guard<std::mutex> lock(hpu_emu::g_pinned_mutex);
+    return hpu_emu::g_pinned.count(data) > 0;
+  }
+  Allocator* getPinnedMemoryAllocator() const override {
+    return &hpu_emu::g_pinned_allocator;
+  }
+  Device getDeviceFromPtr(void* /*data*/) const override {
+    return {DeviceType::HPU, hpu_emu::t_current_device};
+  }
+  const Generator& getDefaultGenerator(DeviceIndex device_index) const override {
+    return hpu_emu::default_generator(device_index);
+  }
+  Generator getNewGenerator(DeviceIndex device_index) const override {
+    if (device_index < 0) {
+      device_index = hpu_emu::t_current_device;
+    }
+    return make_generator<hpu_emu::HPUGeneratorImpl>(device_index);
+  }
+};
+REGISTER_HPU_HOOKS(HPUHooks);
+}  // namespace at
+
+namespace hpu_emu {
+
+// ---------------------------------------------------------------- restrictions of hardware
+
+void check_dtype(at::ScalarType dtype) {
+  if (!g_config.fp16_supported && dtype == at::kHalf) {
+    TORCH_CHECK(false, "float16 is not supported on ", g_config.generation,
+                " (first-generation Gaudi has no fp16); use torch.bfloat16");
+  }
+}
+
+// Without int64 support the real stack holds int64 as int32 on the device.
+void check_int64_fits(const at::Tensor& cpu_src) {
+  if (g_config.int64_supported || cpu_src.scalar_type() != at::kLong || cpu_src.numel() == 0) {
+    return;
+  }
+  auto mn = cpu_src.min().item<int64_t>();
+  auto mx = cpu_src.max().item<int64_t>();
+  if (mn < std::numeric_limits<int32_t>::min() || mx > std::numeric_limits<int32_t>::max()) {
+    TORCH_CHECK(false, "Error when trying to cast Long to Int, Input values range [", mn, ", ",
+                mx, "] exceeds Int range [", std::numeric_limits<int32_t>::min(), ", ",
+                std::numeric_limits<int32_t>::max(),
+                "] (int64 is held as int32 on the device while PT_ENABLE_INT64_SUPPORT is off;"
+                " set PT_ENABLE_INT64_SUPPORT=1)");
+  }
+}
+
+// ---------------------------------------------------------------- zero-copy views
+
+void release_hpu_storage(void* ctx) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx));
+}
+
+// A CPU storage over the bytes of an HPU storage, keeping the HPU storage alive. Resizable
+// with the CPU allocator, so an out= kernel that grows its output still works; the new bytes
+// are adopted back afterwards.
+c10::Storage cpu_storage_over(const c10::Storage& hpu) {
+  c10::StorageImpl* impl = hpu.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(impl);
+  c10::DataPtr dp(impl->_mutable_data_ptr_no_checks().get(), impl, &release_hpu_storage,
+                  c10::Device(c10::DeviceType::CPU));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), impl->nbytes(), std::move(dp),
+      c10::GetCPUAllocator(), /*resizable=*/true));
+}
+
+at::Tensor cpu_view_with(const at::Tensor& hpu, c10::Storage storage) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(storage), c10::DispatchKeySet(c10::DispatchKey::CPU), hpu.dtype());
+  auto* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(hpu.sizes(), hpu.strides(), hpu.storage_offset());
+  if (hpu.is_conj()) {
+    impl->_set_conj(true);
+  }
+  if (hpu.is_neg()) {
+    impl->_set_neg(true);
+  }
+  return t;
+}
+
+at::Tensor cpu_view(const at::Tensor& hpu) {
+  return cpu_view_with(hpu, cpu_storage_over(hpu.storage()));
+}
+
+// An HPU storage owning memory that a CPU kernel allocated.
+c10::Storage adopt_storage(const c10::Storage& cpu, c10::DeviceIndex device) {
+  auto nbytes = static_cast<int64_t>(cpu.nbytes());
+  account_alloc(device, nbytes);
+  auto* ctx = new AdoptContext{
+      c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(cpu.unsafeGetStorageImpl()), nbytes,
+      device};
+  c10::DataPtr dp(cpu.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get(), ctx, &delete_adopted,
+                  c10::Device(c10::DeviceType::HPU, device));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), static_cast<size_t>(nbytes), std::move(dp),
+      &g_allocator, /*resizable=*/true));
+}
+
+at::Tensor hpu_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(
+      c10::Storage(storage), c10::DispatchKeySet(c10::DispatchKey::HPU), like.dtype());
+  auto* impl = t.unsafeGetTensorImpl();
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) {
+    impl->_set_conj(true);
+  }
+  if (like.is_neg()) {
+    impl->_set_neg(true);
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------- structural kernels
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout,
+                               std::optional<at::Device> device,
+                               std::optional<bool> /*pin_memory*/,
+                               std::optional<at::MemoryFormat> memory_format) {
+  auto index = resolve(device);
+  auto st = c10::dtype_or_default(dtype);
+  check_dtype(st);
+  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided,
+              "only strided tensors are supported on hpu");
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = index;
+  auto out = at::detail::empty_generic(size, &g_allocator,
+                                       c10::DispatchKeySet(c10::DispatchKey::HPU), st,
+                                       memory_format);
+  t_current_device = saved;
+  return out;
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> /*pin_memory*/) {
+  auto index = resolve(device);
+  auto st = c10::dtype_or_default(dtype);
+  check_dtype(st);
+  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided,
+              "only strided tensors are supported on hpu");
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = index;
+  auto out = at::detail::empty_strided_generic(
+      size, stride, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::HPU), st);
+  t_current_device = saved;
+  return out;
+}
+
+at::Tensor as_cpu_operand(const at::Tensor& t) {
+  return t.is_hpu() ? cpu_view(t) : t;
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  // Host data entering an int64 device tensor: check the source when it is int64 already
+  // (before writing), the converted values otherwise.
+  bool entering_int64 = !g_config.int64_supported && self.is_hpu() && !src.is_hpu() &&
+                        self.scalar_type() == at::kLong;
+  if (entering_int64 && src.scalar_type() == at::kLong) {
+    check_int64_fits(src);
+    entering_int64 = false;
+  }
+  auto dst_cpu = as_cpu_operand(self);
+  auto src_cpu = as_cpu_operand(src);
+  dst_cpu.copy_(src_cpu, non_blocking);
+  if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
+    check_int64_fits(dst_cpu);
+  }
+  return self;
+}
+
+at::Tensor _copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::Tensor out = dst;
+  copy_(out, self, non_blocking);
+  return dst;
+}
+
+at::Tensor _copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  at::Tensor out = dst;
+  copy_(out, self, false);
+  return dst;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  auto size = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return at::native::set_storage_cpu_(self, std::move(source), 0, {size}, {});
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), 0, g_allocator.allocate(0), &g_allocator, true));
+  return at::native::set_storage_cpu_(self, std::move(storage), 0, {0}, {});
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  c10::DeviceIndex saved = t_current_device;
+  t_current_device = self.device().index();
+  const at::Tensor& out = at::native::resize_(self, size, memory_format);
+  t_current_device = saved;
+  return out;
+}
+
+// ---------------------------------------------------------------- c10d
+
+// Collectives have no HPU kernels: the fallback runs their CPU kernels on CPU views, and
+// those ask the process group for its CPU backend. An hccl group has only an HPU backend
+// (so CPU tensors are refused, as real HCCL does); the fallback hands the CPU kernel a
+// shadow group whose CPU backend is that HPU backend.
+std::mutex g_shadow_mutex;
+std::unordered_map<const c10d::ProcessGroup*, c10::intrusive_ptr<c10d::ProcessGroup>> g_shadows;
+
+c10::intrusive_ptr<c10d::ProcessGroup> shadow_group(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  std::lock_guard<std::mutex> lock(g_shadow_mutex);
+  auto it = g_shadows.find(pg.get());
+  if (it != g_shadows.end()) {
+    return it->second;
+  }
+  bool has_hpu = false;
+  for (const auto& d : pg->getDeviceTypes()) {
+    has_hpu = has_hpu || d.type() == c10::DeviceType::HPU;
+  }
+  if (!has_hpu) {
+    return pg;
+  }
+  auto backend = pg->getBackend(c10::DeviceType::HPU);
+  auto shadow = c10::make_intrusive<c10d::ProcessGroup>(pg->getRank(), pg->getSize());
+  shadow->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::CUSTOM, backend);
+  shadow->setDefaultBackend(c10d::ProcessGroup::BackendType::CUSTOM);
+  g_shadows.emplace(pg.get(), shadow);
+  return shadow;
+}
+
+// ---------------------------------------------------------------- the fallback
+
+struct Converted {
+  c10::TensorImpl* cpu_impl;
+  c10::StorageImpl* cpu_storage;
+  at::Tensor hpu;
+  void* original_data;
+};
+
+struct FallbackState {
+  c10::SmallVector<Converted, 8> converted;
+  c10::SmallVector<c10::StorageImpl*, 4> cpu_inputs;  // genuine CPU operands
+  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> adopted;
+  c10::DeviceIndex device = -1;
+  bool has_hpu = false;
+  bool cpu_operand = false;  // a CPU tensor of one or more dims beside HPU ones
+  const char* op_name = nullptr;
+};
+
+[[noreturn]] void device_mismatch(const FallbackState& st, const std::string& other) {
+  TORCH_CHECK(false,
+              "Expected all tensors to be on the same device, but found at least two devices, "
+              "hpu:", static_cast<int>(st.device), " and ", other, "! (when checking arguments"
+              " for ", st.op_name, ")");
+}
+
+at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict) {
+  if (!t.defined()) {
+    return t;
+  }
+  if (t.is_hpu()) {
+    auto index = t.device().index();
+    if (st.device < 0) {
+      st.device = index;
+    } else if (index != st.device) {
+      device_mismatch(st, "hpu:" + std::to_string(index));
+    }
+    st.has_hpu = true;
+    // The same HPU storage may appear several times (x + x, views): one CPU storage each.
+    c10::StorageImpl* hpu_storage = t.storage().unsafeGetStorageImpl();
+    for (auto& c : st.converted) {
+      if (c.hpu.storage().unsafeGetStorageImpl() == hpu_storage) {
+        auto cpu = cpu_view_with(t, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::
+                                                     reclaim_copy(c.cpu_storage)));
+        st.converted.push_back(
+            {cpu.unsafeGetTensorImpl(), c.cpu_storage, t, c.original_data});
+        return cpu;
+      }
+    }
+    auto cpu = cpu_view(t);
+    st.converted.push_back({cpu.unsafeGetTensorImpl(), cpu.storage().unsafeGetStorageImpl(),
+                            t, hpu_storage->_mutable_data_ptr_no_checks().get()});
+    return cpu;
+  }
+  if (t.device().is_cpu()) {
+    if (strict && t.dim() != 0) {
+      st.cpu_operand = true;  // an error once an HPU operand is seen
+    }
+    if (t.has_storage()) {
+      st.cpu_inputs.push_back(t.storage().unsafeGetStorageImpl());
+    }
+  }
+  return t;
+}
+
+bool is_generator_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::OptionalType) {
+    return type->containedType(0)->kind() == c10::TypeKind::GeneratorType;
+  }
+  return type->kind() == c10::TypeKind::GeneratorType;
+}
+
+at::Tensor from_cpu_result(const at::Tensor& t, FallbackState& st) {
+  if (!t.defined() || !t.device().is_cpu()) {
+    return t;
+  }
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  for (auto& c : st.converted) {
+    if (c.cpu_impl == impl) {
+      return c.hpu;
+    }
+  }
+  c10::StorageImpl* storage = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+  if (storage == nullptr) {
+    return t;
+  }
+  for (auto& c : st.converted) {
+    if (c.cpu_storage == storage) {
+      return hpu_tensor_over(c.hpu.storage(), t);
+    }
+  }
+  for (auto* s : st.cpu_inputs) {
+    if (s == storage) {
+      return t;  // the op handed back a CPU operand
+    }
+  }
+  for (auto& a : st.adopted) {
+    if (a.first == storage) {
+      return hpu_tensor_over(a.second, t);
+    }
+  }
+  check_dtype(t.scalar_type());
+  auto device = st.device < 0 ? t_current_device : st.device;
+  auto hpu_storage = adopt_storage(t.storage(), device);
+  st.adopted.emplace_back(storage, hpu_storage);
+  return hpu_tensor_over(hpu_storage, t);
+}
+
+// An out= or in-place operand whose CPU kernel resized it: mirror the change on the HPU side.
+void sync_back(const Converted& c) {
+  c10::TensorImpl* hpu_impl = c.hpu.unsafeGetTensorImpl();
+  c10::TensorImpl* cpu_impl = c.cpu_impl;
+  auto& cpu_storage = cpu_impl->unsafe_storage();
+  if (cpu_storage.unsafeGetStorageImpl()->_mutable_data_ptr_no_checks().get() != c.original_data &&
+      cpu_storage.unsafeGetStorageImpl() == c.cpu_storage) {
+    auto device = c.hpu.device().index();
+    auto adopted = adopt_storage(cpu_storage, device);
+    auto* hpu_storage = c.hpu.storage().unsafeGetStorageImpl();
+    hpu_storage->set_data_ptr_noswap(std::move(adopted.unsafeGetStorageImpl()->mutable_data_ptr()));
+    hpu_storage->set_nbytes(cpu_storage.nbytes());
+  }
+  if (hpu_impl->sizes() != cpu_impl->sizes() || hpu_impl->strides() != cpu_impl->strides() ||
+      hpu_impl->storage_offset() != cpu_impl->storage_offset()) {
+    hpu_impl->set_sizes_and_strides(cpu_impl->sizes(), cpu_impl->strides(),
+                                    cpu_impl->storage_offset());
+  }
+}
+
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+              torch::jit::Stack* stack) {
+  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto& schema = op.schema();
+  const auto& arguments = schema.arguments();
+  const auto num_args = arguments.size();
+  const auto begin = stack->size() - num_args;
+  FallbackState st;
+  st.op_name = schema.name().c_str();
+
+  bool has_generator_slot = false;
+  c10::SmallVector<size_t, 2> generator_slots;
+  c10::SmallVector<size_t, 2> pg_slots;
+
+  for (size_t i = 0; i < num_args; ++i) {
+    c10::IValue& iv = (*stack)[begin + i];
+    if (iv.isTensor()) {
+      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true);
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) {
+        out.push_back(to_cpu_arg(t, st, /*strict=*/true));
+      }
+      iv = std::move(out);
+    } else if (iv.isList()) {
+      auto list = iv.toList();
+      const auto& elem = list.elementType();
+      if (elem->kind() == c10::TypeKind::OptionalType &&
+          elem->containedType(0)->kind() == c10::TypeKind::TensorType) {
+        // Tensor?[] (indices): like CUDA, CPU index tensors are accepted
+        c10::List<std::optional<at::Tensor>> out;
+        out.reserve(list.size());
+        for (const c10::IValue& e : list) {
+          if (e.isTensor()) {
+            out.push_back(to_cpu_arg(e.toTensor(), st, /*strict=*/false));
+          } else {
+            out.push_back(std::nullopt);
+          }
+        }
+        iv = std::move(out);
+      } else if (elem->kind() == c10::TypeKind::ListType) {
+        c10::impl::GenericList out(elem);
+        out.reserve(list.size());
+        for (const c10::IValue& inner : list) {
+          if (inner.isTensorList()) {
+            c10::List<at::Tensor> converted;
+            for (const at::Tensor& t : inner.toTensorList()) {
+              converted.push_back(to_cpu_arg(t, st, /*strict=*/true));
+            }
+            out.push_back(std::move(converted));
+          } else {
+            out.push_back(inner);
+          }
+        }
+        iv = std::move(out);
+      }
+    } else if (iv.isDevice()) {
+      auto d = iv.toDevice();
+      if (d.is_hpu()) {
+        auto index = resolve(d);
+        if (st.device < 0) {
+          st.device = index;
+        }
+        st.has_hpu = true;
+        iv = c10::Device(c10::DeviceType::CPU);
+      }
+    } else if (iv.isNone()) {
+      if (is_generator_type(arguments[i].type())) {
+        generator_slots.push_back(i);
+        has_generator_slot = true;
+      }
+    } else if (iv.isGenerator()) {
+      const auto& gen = iv.toGenerator();
+      if (gen.device().is_hpu()) {
+        iv = cpu_generator_for(gen);
+      }
+    } else if (iv.isCustomClass()) {
+      pg_slots.push_back(i);
+    }
+  }
+
+  if (st.device < 0) {
+    st.device = t_current_device;
+  }
+  if (st.has_hpu && st.cpu_operand) {
+    device_mismatch(st, "cpu");
+  }
+  if (has_generator_slot) {
+    for (auto i : generator_slots) {
+      (*stack)[begin + i] = cpu_generator_for(default_generator(st.device));
+    }
+  }
+  for (auto i : pg_slots) {
+    c10::IValue& iv = (*stack)[begin + i];
+    auto obj = iv.toObjectRef().type();
+    if (obj->name() && obj->name()->qualifiedName() ==
+                           "__torch__.torch.classes.c10d.ProcessGroup") {
+      iv = shadow_group(iv.toCustomClass<c10d::ProcessGroup>());
+    }
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  for (size_t i = 0; i < num_args; ++i) {
+    const auto* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      for (auto& c : st.converted) {
+        sync_back(c);
+      }
+      break;
+    }
+  }
+
+  const auto num_returns = schema.returns().size();
+  const auto rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor()) {
+      iv = from_cpu_result(iv.toTensor(), st);
+    } else if (iv.isTensorList()) {
+      auto list = iv.toTensorList();
+      c10::List<at::Tensor> out;
+      out.reserve(list.size());
+      for (const at::Tensor& t : list) {
+        out.push_back(from_cpu_result(t, st));
+      }
+      iv = std::move(out);
+    }
+  }
+}
+
+}  // namespace hpu_emu
+
+// ---------------------------------------------------------------- registrations
+
+TORCH_LIBRARY_IMPL(_, HPU, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, HPU, m) {
+  m.impl("empty.memory_format", TORCH_FN(hpu_emu::empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(hpu_emu::empty_strided));
+  m.impl("as_strided", TORCH_FN(at::native::as_strided_tensorimpl));
+  m.impl("view", TORCH_FN(at::native::view));
+  m.impl("_reshape_alias", TORCH_FN(at::native::_reshape_alias));
+  m.impl("copy_", TORCH_FN(hpu_emu::copy_));
+  m.impl("_copy_from", TORCH_FN(hpu_emu::_copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(hpu_emu::_copy_from_and_resize));
+  m.impl("set_.source_Storage", TORCH_FN(hpu_emu::set_source_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(at::native::set_storage_cpu_));
+  m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
+  m.impl("set_", TORCH_FN(hpu_emu::set_empty));
+  m.impl("resize_", TORCH_FN(hpu_emu::resize_));
+}
+
+// bf16 autocast: the policy lists PyTorch applies on CUDA (the real stack's own lists are
+// configurable and not modelled; see README).
+TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+#define HPU_LOWER_PRECISION(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, lower_precision_fp)
+#define HPU_FP32(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32)
+#define HPU_FP32_SET_OPT_DTYPE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32_set_opt_dtype)
+#define HPU_PROMOTE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, promote)
+#define HPU_DIFFERENT_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
+                                 REDISPATCH_SIGNATURE, POLICY)                       \
+  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::HPU, REDISPATCH_FUNC,       \
+                                        REGISTER_NAME, REGISTER_SIGNATURE,           \
+                                        REDISPATCH_SIGNATURE, POLICY)
+
+namespace at::autocast {  // the policy macros name ATen types unqualified
+TORCH_LIBRARY_IMPL(aten, AutocastHPU, m) {
+  AT_FORALL_LOWER_PRECISION_FP(HPU_LOWER_PRECISION)
+  AT_FORALL_FP32(HPU_FP32)
+  AT_FORALL_FP32_SET_OPT_DTYPE(HPU_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(HPU_DIFFERENT_REDISPATCH)
+  AT_FORALL_PROMOTE(HPU_PROMOTE)
+}
+}  // namespace at::autocast
+
+// ---------------------------------------------------------------- CPU kernels first
+
+namespace hpu_emu {
+
+// An op with both a CPU kernel and a CompositeExplicitAutograd one (native_layer_norm, ...)
+// would take the composite decomposition on HPU, which is slower than the CPU kernel and
+// differs from it in the last bits. Routing those ops through the fallback runs the very
+// CPU kernel, so HPU results equal CPU results.
+std::unique_ptr<torch::Library> g_cpu_routes;
+
+int route_to_cpu_kernels() {
+  if (g_cpu_routes) {
+    return 0;
+  }
+  g_cpu_routes = std::make_unique<torch::Library>(
+      torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
+  auto& dispatcher = c10::Dispatcher::singleton();
+  int routed = 0;
+  for (const auto& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    auto op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::HPU)) {
+      continue;
+    }
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(
+            c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    std::string full = name.name.substr(6);
+    if (!name.overload_name.empty()) {
+      full += "." + name.overload_name;
+    }
+    g_cpu_routes->impl(full.c_str(),
+                       torch::CppFunction::makeFromBoxedFunction<&fallback>());
+    ++routed;
+  }
+  return routed;
+}
+
+}  // namespace hpu_emu
+
+// ---------------------------------------------------------------- Python control surface
+
+namespace {
+
+void configure(int device_count, int64_t memory_limit, bool int64_supported,
+               bool fp16_supported, const std::string& generation) {
+  TORCH_CHECK(device_count >= 1 && device_count <= hpu_emu::kMaxDevices,
+              "device_count must be 1..8");
+  hpu_emu::g_config.device_count = device_count;
+  hpu_emu::g_config.memory_limit = memory_limit;
+  hpu_emu::g_config.int64_supported = int64_supported;
+  hpu_emu::g_config.fp16_supported = fp16_supported;
+  hpu_emu::g_config.generation = generation;
+}
+
+std::unordered_map<std::string, int64_t> memory_stats(int device) {
+  hpu_emu::check_index(static_cast<c10::DeviceIndex>(device));
+  auto& s = hpu_emu::g_stats[device];
+  return {{"InUse", s.in_use.load()},
+          {"MaxInUse", s.max_in_use.load()},
+          {"Limit", hpu_emu::g_config.memory_limit},
+          {"NumAllocs", s.num_allocs.load()},
+          {"NumFrees", s.num_frees.load()},
+          {"TotalAllocated", s.total_allocated.load()}};
+}
+
+void reset_peak(int device) {
+  hpu_emu::check_index(static_cast<c10::DeviceIndex>(device));
+  auto& s = hpu_emu::g_stats[device];
+  s.max_in_use.store(s.in_use.load());
+}
+
+void reset_accumulated(int device) {
+  hpu_emu::check_index(static_cast<c10::DeviceIndex>(device));
+  auto& s = hpu_emu::g_stats[device];
+  s.num_allocs.store(0);
+  s.num_frees.store(0);
+  s.total_allocated.store(0);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("configure", &configure);
+  m.def("device_count", [] { return hpu_emu::g_config.device_count; });
+  m.def("current_device", [] { return static_cast<int>(hpu_emu::t_current_device); });
+  m.def("set_device", [](int index) {
+    hpu_emu::check_index(static_cast<c10::DeviceIndex>(index));
+    hpu_emu::t_current_device = static_cast<c10::DeviceIndex>(index);
+  });
+  m.def("memory_stats", &memory_stats);
+  m.def("reset_peak_memory_stats", &reset_peak);
+  m.def("reset_accumulated_memory_stats", &reset_accumulated);
+  m.def("default_generator", [](int index) {
+    return hpu_emu::default_generator(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("route_to_cpu_kernels", &hpu_emu::route_to_cpu_kernels);
+  m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
+}

@@ -1,0 +1,103 @@
+"""The ``hccl`` collective backend of the emulator: Gloo under an HPU-only registration.
+
+Registered for device type ``hpu`` only, so a collective on CPU tensors finds no backend and
+fails, as on real HCCL; HPU tensors reach Gloo through the C++ fallback's shadow group.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def initialize_distributed_hpu() -> tuple[int, int, int]:
+    """The import-time environment effects of the real ``hccl`` module."""
+    env = os.environ
+    for source, target in (
+        ("OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"),
+        ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"),
+        ("OMPI_COMM_WORLD_RANK", "RANK"),
+    ):
+        if source in env:
+            env[target] = env[source]
+    if not all(name in env for name in ("LOCAL_RANK", "WORLD_SIZE", "RANK")):
+        env.setdefault("MASTER_ADDR", "localhost")
+        env.setdefault("MASTER_PORT", "12345")
+    world_size = int(env.get("WORLD_SIZE", "1"))
+    rank = int(env.get("RANK", "-1"))
+    local_rank = int(env.get("LOCAL_RANK", "-1"))
+    if world_size > 1 and local_rank != -1:
+        visible = env.get("HABANA_VISIBLE_MODULES", "").strip()
+        env["HLS_MODULE_ID"] = visible.split(",")[local_rank].strip() if visible else str(
+            local_rank
+        )
+    env["ID"] = str(rank)
+    return world_size, rank, local_rank
+
+
+#: Partial-server jobs that Gaudi's HCCL supports (Intel Gaudi docs, "Multiple Workloads on
+#: a Single Docker"): 2 or 4 devices, in these module-id groups only.
+SUPPORTED_PARTIAL_GROUPS = (
+    frozenset({0, 1}), frozenset({2, 3}), frozenset({4, 5}), frozenset({6, 7}),
+    frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}),
+)
+
+
+def _acquired_module() -> int:
+    from hpu_plugin.emulation import runtime
+
+    value = os.environ.get("HLS_MODULE_ID", "").strip()
+    return int(value) if value.isdigit() else runtime.current_config().module_id
+
+
+def check_module_group(modules: list[int]) -> None:
+    """Refuse the device combinations HCCL does not support, before any collective runs."""
+    group = frozenset(modules)
+    if len(group) != len(modules):
+        raise RuntimeError(
+            f"hccl: several processes acquired the same Gaudi module ({sorted(modules)}); "
+            "give each local process its own module with HABANA_VISIBLE_MODULES"
+        )
+    if len(modules) in (1, 8) or group in SUPPORTED_PARTIAL_GROUPS:
+        return
+    groups = " or ".join(",".join(map(str, sorted(g))) for g in SUPPORTED_PARTIAL_GROUPS)
+    raise RuntimeError(
+        f"hccl: a job on part of a Gaudi server must use 2 or 4 devices in a supported module "
+        f"group ({groups}); this one uses modules {','.join(map(str, modules))}; fix: set "
+        "HABANA_VISIBLE_MODULES to a supported group and start one process per module"
+    )
+
+
+def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[int]:
+    prefix = f"hpu_plugin_emulator/{group_id}/module/"
+    store.set(f"{prefix}{rank}", str(_acquired_module()))
+    return [int(store.get(f"{prefix}{r}").decode()) for r in range(size)]
+
+
+def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> Any:
+    from torch.distributed import ProcessGroupGloo
+
+    rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
+    world = os.environ.get("WORLD_SIZE", "")
+    local = os.environ.get("LOCAL_WORLD_SIZE", "") or world
+    if size > 1 and world == local == str(size):  # the whole job, on one server
+        modules = _exchange_modules(
+            dist_backend_opts.store, rank, size, str(dist_backend_opts.group_id)
+        )
+        check_module_group(modules)
+    return ProcessGroupGloo(
+        dist_backend_opts.store,
+        dist_backend_opts.group_rank,
+        dist_backend_opts.group_size,
+        dist_backend_opts.timeout,
+    )
+
+
+def register() -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available() or "hccl" in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(
+        "hccl", _create_process_group_hccl, extended_api=True, devices=["hpu"]
+    )

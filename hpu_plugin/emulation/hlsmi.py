@@ -1,0 +1,84 @@
+"""``hl-smi`` for the emulated server: the query form the Gaudi tooling and docs use.
+
+``python -m hpu_plugin.emulation.hlsmi -Q index,module_id -f csv`` prints what the real tool
+prints (header ``index, module_id``, comma-space separators). Does not import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from hpu_plugin.emulation import config as _config
+from hpu_plugin.emulation.errors import EmulationError
+
+DRIVER_VERSION = "1.19.0-emulated"
+MIB = 1024 * 1024
+
+
+def _fields(srv: _config.Server, index: int) -> dict[str, str]:
+    module = srv.modules[index]
+    total = srv.memory // MIB
+    return {
+        "index": str(index),
+        "module_id": str(module),
+        "name": f"HL-{ {'gaudi': '205', 'gaudi2': '225', 'gaudi3': '325'}[srv.generation] }",
+        "bus_id": f"0000:{0x10 + 16 * module:02x}:00.0",
+        "driver_version": DRIVER_VERSION,
+        "serial": f"EMU{module:07d}",
+        "uuid": f"01P0-HL{module:04d}-EMUL-ATED-0000{module:08d}",
+        "memory.total": f"{total} MiB",
+        "memory.used": "0 MiB",
+        "memory.free": f"{total} MiB",
+        "utilization.aip": "0 %",
+        "power.draw": "0 W",
+        "timestamp": "",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hl-smi", description="hl-smi of the Gaudi emulator")
+    parser.add_argument("-Q", "--query-aip", dest="query")
+    parser.add_argument("-f", "--format", dest="format", default="csv")
+    parser.add_argument("-L", "--list-aips", action="store_true")
+    parser.add_argument("-v", "--version", action="store_true")
+    args = parser.parse_args(argv)
+    if not os.environ.get("HPU_PLUGIN_EMULATE", "").strip():
+        os.environ["HPU_PLUGIN_EMULATE"] = "1"
+    try:
+        srv = _config.server()
+    except EmulationError as exc:
+        print(f"hl-smi: {exc}", file=sys.stderr)
+        return 2
+    if args.version:
+        print(f"hl-smi (Habana Labs emulated driver) version {DRIVER_VERSION}")
+        return 0
+    indices = srv.container_indices
+    if args.query:
+        names = [name.strip() for name in args.query.split(",") if name.strip()]
+        known = _fields(srv, 0)
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            print(f'hl-smi: field "{unknown[0]}" is not a valid field to query', file=sys.stderr)
+            return 2
+        formats = {part.strip() for part in args.format.split(",")}
+        if "csv" not in formats:
+            print("hl-smi: only -f csv is supported by the emulator", file=sys.stderr)
+            return 2
+        if "noheader" not in formats:
+            print(", ".join(names))
+        for index in indices:
+            fields = _fields(srv, index)
+            print(", ".join(fields[name] for name in names))
+        return 0
+    for index in indices:
+        fields = _fields(srv, index)
+        print(f"AIP ({fields['name']}) {index}: module_id {fields['module_id']}, "
+              f"bus_id {fields['bus_id']}, memory {fields['memory.total']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Start-up of the emulator: configuration, C++ runtime, ``torch.hpu``, stand-ins, shims.
+
+Runs inside ``import torch`` (the activation entry point), so it imports no torch._dynamo and
+no torch.distributed eagerly.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import importlib.util
+import os
+import shutil
+import stat
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+
+from hpu_plugin.emulation import config as _config
+from hpu_plugin.emulation.errors import EmulationError
+
+STANDINS = Path(__file__).parent / "standins"
+
+_state: dict[str, object] = {}
+
+
+def started() -> bool:
+    return "config" in _state
+
+
+def current_config() -> _config.EmulatorConfig:
+    cfg = _state.get("config")
+    if cfg is None:
+        raise RuntimeError("the Gaudi emulator is not started (HPU_PLUGIN_EMULATE)")
+    assert isinstance(cfg, _config.EmulatorConfig)
+    return cfg
+
+
+def extension() -> ModuleType:
+    ext = _state.get("ext")
+    assert isinstance(ext, ModuleType)
+    return ext
+
+
+def _real_gaudi_installed() -> bool:
+    if str(STANDINS) in sys.path:
+        return False
+    try:
+        return importlib.util.find_spec("habana_frameworks") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def start() -> None:
+    if started():
+        return
+    cfg = _config.read()
+    if _real_gaudi_installed():
+        raise EmulationError(
+            "HPU_PLUGIN_EMULATE is set but the real Gaudi software (habana_frameworks) is "
+            "installed; fix: unset HPU_PLUGIN_EMULATE to use the real stack, or emulate in a "
+            "virtual environment without habana-torch-plugin"
+        )
+    from hpu_plugin.emulation import build
+
+    ext = build.load()
+    try:
+        ext.configure(
+            cfg.device_count, cfg.memory, cfg.int64_supported, cfg.fp16_supported,
+            cfg.device_name,
+        )
+    except RuntimeError as exc:
+        raise EmulationError(f"the emulator runtime refused its configuration: {exc}") from exc
+    ext.route_to_cpu_kernels()
+    _state["ext"] = ext
+    _state["config"] = cfg
+    atexit.register(_let_autograd_threads_finish)
+
+    import torch
+
+    from hpu_plugin.emulation import hpu
+
+    if getattr(torch, "hpu", None) is not hpu:
+        torch._register_device_module("hpu", hpu)
+    hpu._wrap_torch_manual_seed()
+    if str(STANDINS) not in sys.path:
+        sys.path.append(str(STANDINS))
+    _install_hlsmi_shim()
+    from hpu_plugin.emulation import dynamo
+
+    dynamo.register_lazily()
+    _load_habana_ops()
+
+
+def _load_habana_ops() -> None:
+    """Habana-specific ops (``torch.ops.hpu.*``) live in an optional sibling module."""
+    try:
+        import hpu_plugin.emulation.habana_ops  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name != "hpu_plugin.emulation.habana_ops":
+            raise
+
+
+def _let_autograd_threads_finish() -> None:
+    """Give autograd's device threads the GIL before the interpreter finalizes.
+
+    A backward on a non-CPU device ends on an engine thread that still holds the graph
+    task; torch stashes a Python object in it (``contextvars`` context), and if that thread
+    drops it after finalization has begun, taking the GIL kills the thread mid-unwind and
+    the process aborts ("terminate called without an active exception"). A short sleep
+    with the GIL released lets the thread finish first.
+    """
+    time.sleep(0.05)
+
+
+def _install_hlsmi_shim() -> None:
+    """An ``hl-smi`` on PATH for this process and its children, unless a real one exists."""
+    if shutil.which("hl-smi"):
+        return
+    from hpu_plugin.emulation.build import cache_root
+
+    # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    directory = cache_root() / "bin" / tag
+    shim = directory / "hl-smi"
+    text = (
+        "#!/bin/sh\n"
+        "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
+        f'exec "{sys.executable}" -m hpu_plugin.emulation.hlsmi "$@"\n'
+    )
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not shim.exists() or shim.read_text() != text:
+            tmp = directory / f".hl-smi.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            tmp.replace(shim)
+    except OSError:
+        return  # the shim is a convenience; python -m hpu_plugin.emulation.hlsmi still works
+    os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")

@@ -1,0 +1,39 @@
+"""Stand-in for ``habana_frameworks.torch.core``: ``torch.hpu`` and the lazy-mode step API.
+
+In eager mode (the emulator's only mode) the step functions do nothing, as on hardware,
+where they log a warning once.
+"""
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("habana_frameworks")
+_warned = False
+
+
+def _warn_once(name: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        log.warning("%s has no effect in eager mode (PT_HPU_LAZY_MODE=0)", name)
+
+
+def mark_step(device_str: str = "", sync: bool = False) -> None:
+    _warn_once("mark_step")
+
+
+def iter_mark_step(iterable: Any) -> Any:
+    _warn_once("iter_mark_step")
+    yield from iterable
+
+
+def add_step_closure(
+    closure: Callable[..., Any], args: tuple = (), run_async: bool = False
+) -> None:
+    _warn_once("add_step_closure")
+    closure(*args)
+
+
+def is_initialized() -> bool:
+    return True

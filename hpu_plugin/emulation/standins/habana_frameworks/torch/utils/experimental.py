@@ -1,0 +1,19 @@
+"""Stand-in for ``habana_frameworks.torch.utils.experimental``: which Gaudi this is."""
+
+import enum
+
+from hpu_plugin.emulation import runtime
+
+
+class synDeviceType(enum.IntEnum):
+    synDeviceGaudi = 1
+    synDeviceGaudi2 = 2
+    synDeviceGaudi3 = 3
+
+
+def _get_device_type() -> synDeviceType:
+    return {
+        "gaudi": synDeviceType.synDeviceGaudi,
+        "gaudi2": synDeviceType.synDeviceGaudi2,
+        "gaudi3": synDeviceType.synDeviceGaudi3,
+    }[runtime.current_config().generation]

@@ -1,0 +1,201 @@
+"""Accelerate: availability, distributed backend, ``accelerate launch`` and ``accelerate env``.
+
+Accelerate >= 1.5.0 has HPU branches behind ``is_hpu_available``; answering it from the
+registry routes the default device, MULTI_HPU, seeding, RNG checkpoints, memory and
+``accelerate config``. What the hooks own beyond availability is wrapped where Accelerate
+decides it: the collective backend (``PartialState._prepare_backend``), the process count
+of ``accelerate launch`` and the device lines of ``accelerate env`` (no release lists HPU).
+Older releases have no MULTI_HPU at all, so every adapter stays out of them (R3).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.hosts import importhook
+from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.registry import Registry
+
+log = logging.getLogger("hpu_plugin")
+
+HOST = "accelerate"
+DEVICE_TYPE = "hpu"
+
+
+def make_is_hpu_available(registry: Registry, original: Callable[..., Any]) -> Callable[..., bool]:
+    """The registry's answer, keeping ``init_hccl`` (it loads the HCCL backend) and the cache."""
+
+    def is_hpu_available(init_hccl: bool = False) -> bool:
+        if not registry.device_available():
+            return False
+        if init_hccl:
+            import importlib.util
+
+            if importlib.util.find_spec("habana_frameworks") is not None:
+                import habana_frameworks.torch.distributed.hccl  # noqa: F401
+        return True
+
+    is_hpu_available.__doc__ = original.__doc__
+    cached = functools.lru_cache(is_hpu_available)
+    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return cached
+
+
+def install_availability(registry: Registry, patches: Patches, module: types.ModuleType) -> bool:
+    original = getattr(module, "is_hpu_available", None)
+    if original is None:
+        say_once(
+            "accelerate-no-hpu", logging.WARNING,
+            "hpu_plugin: accelerate %s has no HPU support (it starts at 1.5.0), so Transformers "
+            "and Accelerate will not use Gaudi: pip install 'accelerate>=1.5.0'.",
+            getattr(module, "__version__", None) or _version(),
+        )
+        return False
+    if not getattr(original, "__hpu_plugin__", False):
+        patches.replace_everywhere(original, make_is_hpu_available(registry, original))
+    return True
+
+
+def _version() -> str:
+    from hpu_plugin.hosts.patching import host_version
+
+    return host_version(HOST)
+
+
+def install_state(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """The backend of a MULTI_HPU job comes from the DDP hooks unless the user named one."""
+    cls = getattr(module, "PartialState", None)
+    original = vars(cls).get("_prepare_backend") if cls is not None else None
+    multi_hpu = getattr(getattr(module, "DistributedType", None), "MULTI_HPU", None)
+    if original is None or multi_hpu is None:
+        stay_out(HOST, "distributed backend", "PartialState._prepare_backend with MULTI_HPU")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+
+    @functools.wraps(original)
+    def _prepare_backend(
+        self: Any, cpu: bool = False, sagemaker_dp: bool = False, backend: str | None = None
+    ) -> tuple[str | None, Any]:
+        chosen_backend, distributed_type = original(self, cpu, sagemaker_dp, backend)
+        if distributed_type == multi_hpu:
+            chosen = registry.ddp_backend(DEVICE_TYPE, backend)
+            if backend is None and chosen is not None:
+                chosen_backend = chosen
+        return chosen_backend, distributed_type
+
+    _prepare_backend.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    patches.set(cls, "_prepare_backend", _prepare_backend)
+
+
+def install_launch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """R15: without ``--num_processes`` (nor a config file), one process per Gaudi device."""
+    original = getattr(module, "_validate_launch_command", None)
+    if original is None or not hasattr(module, "is_hpu_available"):
+        stay_out(HOST, "launch", "commands.launch._validate_launch_command")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+    config_file = getattr(module, "default_config_file", None)
+
+    @functools.wraps(original)
+    def _validate_launch_command(args: Any) -> Any:
+        import os
+
+        uses_config = args.config_file is not None or (
+            config_file is not None and os.path.isfile(config_file) and not args.cpu
+        )
+        if getattr(args, "num_processes", 0) is None and not uses_config and not args.cpu:
+            properties = registry.device_properties()
+            if properties is not None:
+                args.num_processes = properties.count
+                exclusive = ("multi_gpu", "tpu", "use_deepspeed", "use_fsdp", "use_megatron_lm")
+                if properties.count > 1 and not any(getattr(args, n, False) for n in exclusive):
+                    args.multi_gpu = True
+                log.info(
+                    "hpu_plugin: accelerate launch: --num_processes not given; starting %d "
+                    "(one per Gaudi device).", properties.count,
+                )
+        return original(args)
+
+    _validate_launch_command.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    patches.replace_everywhere(original, _validate_launch_command)
+
+
+def install_env(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """``accelerate env`` lists the Gaudi devices (no Accelerate release does)."""
+    original = getattr(module, "env_command", None)
+    if original is None:
+        stay_out(HOST, "env", "commands.env.env_command")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+
+    @functools.wraps(original)
+    def env_command(args: Any) -> Any:
+        try:
+            properties = registry.device_properties()
+        except Refusal as refusal:  # a diagnostic shows the fault instead of dying of it
+            extra = {"HPU": f"not usable: {refusal}"}
+        else:
+            if properties is None:
+                return original(args)
+            extra = {"HPU type": properties.generation, "HPU count": str(properties.count)}
+        extra.update(_plugin_summary(extra))
+
+        def print_with_hpu(*values: Any, **kwargs: Any) -> None:
+            text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
+            if text is not None and text.startswith("- `Accelerate` version:"):
+                text = text.replace("- PyTorch accelerator: N/A", "- PyTorch accelerator: HPU")
+                text += "".join(f"\n- {key}: {value}" for key, value in extra.items())
+                values = (text,)
+            builtins.print(*values, **kwargs)
+
+        module.print = print_with_hpu  # type: ignore[attr-defined]
+        try:
+            info = original(args)
+        finally:
+            del module.print  # type: ignore[attr-defined]
+        if isinstance(info, dict):
+            if info.get("PyTorch accelerator") == "N/A":
+                info["PyTorch accelerator"] = "HPU"
+            info.update(extra)
+        return info
+
+    env_command.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    patches.replace_everywhere(original, env_command)
+
+
+def _plugin_summary(shown: dict[str, str]) -> dict[str, str]:
+    """The plugin's own diagnostic lines (``hpu-plugin info``), minus what is shown."""
+    try:
+        from hpu_plugin.cli import gaudi_summary
+
+        summary = gaudi_summary()
+    except Exception as exc:  # a diagnostic must not fail the host's command
+        return {"hpu-plugin": f"summary failed: {exc!r}"}
+    return {key: value for key, value in summary.items() if key not in shown}
+
+
+def install(registry: Registry, patches: Patches, available: bool) -> None:
+    """Register the post-import hooks; only availability when no device is ready."""
+
+    def availability(module: types.ModuleType) -> None:
+        if not install_availability(registry, patches, module) or not available:
+            return
+        for name, adapter in (
+            ("accelerate.state", install_state),
+            ("accelerate.commands.launch", install_launch),
+            ("accelerate.commands.env", install_env),
+        ):
+            importhook.when_imported(
+                name, lambda m, adapter=adapter: adapter(registry, patches, m)
+            )
+
+    importhook.when_imported("accelerate.utils.imports", availability)

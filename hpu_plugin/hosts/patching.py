@@ -1,0 +1,99 @@
+"""Replacing host attributes reversibly, everywhere a name was bound, and saying so once.
+
+Host modules bind helpers by name when they are imported (``from .utils import
+is_torch_hpu_available``), so replacing the origin alone misses every module imported
+before: :meth:`Patches.replace_everywhere` also rebinds each module attribute that *is*
+the original object (an identity scan over ``sys.modules``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+log = logging.getLogger("hpu_plugin")
+
+_MISSING = object()
+_said: set[str] = set()
+
+
+def host_version(distribution: str) -> str:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def say_once(key: str, level: int, message: str, *args: object) -> None:
+    """Log ``message`` the first time ``key`` is seen in this process."""
+    if key in _said:
+        return
+    _said.add(key)
+    log.log(level, message, *args)
+
+
+def stay_out(host: str, adapter: str, missing: str) -> None:
+    """The one line an adapter logs when the host is not what it was written for."""
+    say_once(
+        f"stay-out:{host}:{adapter}", logging.WARNING,
+        "hpu_plugin: %s %s has no %s; the %s adapter stays out (supported: see the "
+        "hpu-plugin README).", host, host_version(host), missing, adapter,
+    )
+
+
+class Patches:
+    """Every replacement made, so it can be undone in reverse order."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def set(self, owner: Any, name: str, value: Any) -> None:
+        old = vars(owner).get(name, _MISSING)
+        setattr(owner, name, value)
+
+        def undo() -> None:
+            if old is _MISSING:
+                try:
+                    delattr(owner, name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(owner, name, old)
+
+        self._undo.append(undo)
+
+    def replace_everywhere(
+        self, original: Any, replacement: object, alias_scope: str | None = None
+    ) -> list[str]:
+        """Rebind every module attribute that is ``original``; return where it was found.
+
+        Every module is checked under the function's own name (how hosts and users import
+        it); the modules of the host that defines it (or of ``alias_scope``), and
+        ``__main__``, are also searched for aliases. A full identity scan of every module
+        costs ~25 ms with Transformers loaded; this costs a few ms.
+        """
+        name = getattr(original, "__name__", None)
+        scope = alias_scope or (getattr(original, "__module__", None) or "").split(".")[0]
+        found = []
+        for module_name, module in list(sys.modules.items()):
+            namespace = getattr(module, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            in_scope = scope and (module_name == scope or module_name.startswith(scope + "."))
+            if module_name == "__main__" or in_scope:
+                attrs = [attr for attr, value in list(namespace.items()) if value is original]
+            elif name is not None and namespace.get(name) is original:
+                attrs = [name]
+            else:
+                continue
+            for attr in attrs:
+                self.set(module, attr, replacement)
+                found.append(f"{module_name}.{attr}")
+        return found
+
+    def undo(self) -> None:
+        while self._undo:
+            self._undo.pop()()

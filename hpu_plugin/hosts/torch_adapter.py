@@ -1,0 +1,156 @@
+"""torch: ``torch.compile`` and ``init_process_group`` ask the registry.
+
+``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
+so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
+imports it. Transformers >= 4.55 installs a compile wrapper of its own inside
+``is_torch_hpu_available``; a hook decides the backend here, so that wrapper is refused
+(it would rewrite the request before any hook saw it).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.registry import Registry
+
+log = logging.getLogger("hpu_plugin")
+
+DEVICE_TYPE = "hpu"
+
+
+def _describe(backend: object) -> str:
+    if backend is None:
+        return "the default ('inductor')"
+    if isinstance(backend, str):
+        return repr(backend)
+    return getattr(backend, "__name__", repr(backend))
+
+
+def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``torch.compile`` with the backend chosen by ``registry.compile_backend``."""
+    warned: set[object] = set()
+
+    @functools.wraps(original)
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        if not args and kwargs.get("model") is None:
+            kwargs.pop("model", None)
+
+            def decorate(model: Callable[..., Any]) -> Any:
+                return compile(model, **kwargs)
+
+            return decorate
+        requested = kwargs.get("backend")
+        chosen = registry.compile_backend(requested, DEVICE_TYPE)
+        if chosen is None or chosen is requested or chosen == requested:
+            return original(*args, **kwargs)
+        kwargs["backend"] = chosen
+        key = requested if isinstance(requested, str) or requested is None else id(requested)
+        if key not in warned:
+            warned.add(key)
+            log.warning(
+                "hpu_plugin: torch.compile backend %s does not run on Gaudi (hpu); using %s. "
+                "Pass backend=%r to silence this warning.",
+                _describe(requested), _describe(chosen), chosen,
+            )
+        return original(*args, **kwargs)
+
+    compile.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return compile
+
+
+def _is_transformers_compile_wrapper(value: object) -> bool:
+    return (
+        getattr(value, "__module__", "") == "transformers.utils.import_utils"
+        and getattr(value, "__name__", "") == "hpu_backend_compile"
+    )
+
+
+def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
+    """Keep ``torch.compile`` routed through the hooks when Transformers re-patches it."""
+    base = type(torch)
+
+    class GuardedTorchModule(base):  # type: ignore[valid-type, misc]
+        __slots__ = ()
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            if name == "compile" and _is_transformers_compile_wrapper(value):
+                say_once(
+                    "transformers-compile-wrapper", logging.INFO,
+                    "hpu_plugin: Transformers' own HPU torch.compile wrapper is not installed; "
+                    "the hpu_compile_backend hooks choose the backend instead.",
+                )
+                return
+            super().__setattr__(name, value)
+
+    try:
+        torch.__class__ = GuardedTorchModule
+    except TypeError as exc:
+        stay_out("torch", "compile guard", f"assignable module class ({exc})")
+        return
+
+    def undo() -> None:
+        torch.__class__ = base
+
+    patches._undo.append(undo)
+
+
+def install_compile(registry: Registry, patches: Patches) -> None:
+    import torch
+
+    original = getattr(torch, "compile", None)
+    if original is None or getattr(original, "__hpu_plugin__", False):
+        if original is None:
+            stay_out("torch", "torch.compile", "torch.compile")
+        return
+    patches.set(torch, "compile", make_compile(registry, original))
+    _guard_torch_module(torch, patches)
+
+
+def make_init_process_group(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_process_group`` whose missing backend comes from ``registry.ddp_backend``.
+
+    A backend the caller named is kept, but still shown to the hooks first so that one
+    that cannot work on Gaudi is refused before any process waits on a collective.
+    """
+
+    @functools.wraps(original)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        requested = args[0] if args else kwargs.get("backend")
+        chosen = registry.ddp_backend(DEVICE_TYPE, requested)
+        if requested is None and chosen is not None:
+            if args:
+                args = (chosen, *args[1:])
+            else:
+                kwargs["backend"] = chosen
+        return original(*args, **kwargs)
+
+    init_process_group.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return init_process_group
+
+
+def install_distributed(registry: Registry, patches: Patches) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    from torch.distributed import distributed_c10d
+
+    original = getattr(distributed_c10d, "init_process_group", None)
+    if original is None:
+        stay_out("torch", "init_process_group", "torch.distributed.init_process_group")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+    patches.replace_everywhere(
+        original, make_init_process_group(registry, original), alias_scope="torch.distributed"
+    )
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    install_compile(registry, patches)
+    install_distributed(registry, patches)

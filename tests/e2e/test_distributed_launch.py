@@ -1,0 +1,119 @@
+"""One process per Gaudi device: ``accelerate launch`` and ``torchrun`` on 2 emulated devices."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+
+from .conftest import emulated_env, run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("emulator")]
+
+ACCELERATE_TRAIN = """
+import torch
+from accelerate import Accelerator
+
+accelerator = Accelerator()
+state = accelerator.state
+torch.manual_seed(0)
+model = torch.nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+torch.manual_seed(100 + accelerator.process_index)  # different data on each rank
+for _ in range(3):
+    x = torch.randn(4, 8, device=accelerator.device)
+    loss = model(x).pow(2).mean()
+    accelerator.backward(loss)
+    optimizer.step()
+    optimizer.zero_grad()
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+rows = [torch.zeros_like(flat) for _ in range(accelerator.num_processes)]
+torch.distributed.all_gather(rows, flat)
+equal = all(torch.allclose(rows[0].cpu(), row.cpu()) for row in rows)
+print(f"rank={accelerator.process_index} n={accelerator.num_processes} "
+      f"type={state.distributed_type} backend={state.backend} "
+      f"device={accelerator.device.type} equal={equal}", flush=True)
+"""
+
+
+def _ranks(stdout: str) -> list[dict[str, str]]:
+    """One dict per rank report; the ranks' prints may share a line."""
+    reports = re.split(r"(?=\brank=\d)|(?<=equal=True)|(?<=equal=False)", stdout)
+    return [dict(re.findall(r"(\w+)=(\S+?)(?=\s|$)", chunk)) for chunk in reports
+            if chunk.startswith("rank=")]
+
+
+def _with_scripts_on_path(env: dict[str, str]) -> dict[str, str]:
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
+def test_accelerate_launch_starts_one_process_per_device(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(ACCELERATE_TRAIN)
+    env = _with_scripts_on_path(emulated_env(tmp_path, devices=2))
+    accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
+    result = run("", env, argv=[accelerate, "launch", str(script)], cwd=tmp_path)
+    ranks = _ranks(result.stdout)
+    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    for rank in ranks:
+        assert rank["n"] == "2"
+        assert rank["type"].endswith("MULTI_HPU")
+        assert rank["backend"] == "hccl"
+        assert rank["device"] == "hpu"
+        assert rank["equal"] == "True"  # DDP kept the parameters equal across ranks
+
+
+TORCHRUN_TRAIN = """
+import torch
+import torch.distributed as dist
+from transformers import Trainer, TrainingArguments
+
+class Data(torch.utils.data.Dataset):
+    def __len__(self):
+        return 16
+    def __getitem__(self, i):
+        return {"x": torch.randn(8), "labels": torch.randn(2)}
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 2)
+    def forward(self, x, labels=None):
+        out = self.linear(x)
+        return {"loss": torch.nn.functional.mse_loss(out, labels), "logits": out}
+
+training_args = TrainingArguments(
+    output_dir=OUT, bf16=True, ddp_backend="hccl", max_steps=3,
+    per_device_train_batch_size=4, report_to=[], save_strategy="no",
+)
+torch.manual_seed(0)
+model = Net()
+Trainer(model=model, args=training_args, train_dataset=Data()).train()
+flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).to(training_args.device)
+rows = [torch.zeros_like(flat) for _ in range(dist.get_world_size())]
+dist.all_gather(rows, flat)
+equal = all(torch.allclose(rows[0].cpu(), row.cpu()) for row in rows)
+print(f"rank={dist.get_rank()} n={dist.get_world_size()} backend={dist.get_backend()} "
+      f"device={training_args.device.type} mode={training_args.parallel_mode} equal={equal}",
+      flush=True)
+"""
+
+
+def test_ddp_backend_hccl_under_torchrun(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(f"OUT = {str(tmp_path / 'out')!r}\n" + TORCHRUN_TRAIN)
+    env = emulated_env(tmp_path, devices=2)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", str(script)]
+    result = run("", env, argv=argv, cwd=tmp_path)
+    ranks = _ranks(result.stdout)
+    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    for rank in ranks:
+        assert rank["backend"] == "hccl"
+        assert rank["device"] == "hpu"
+        assert rank["mode"].endswith("DISTRIBUTED")
+        assert rank["equal"] == "True"

@@ -1,0 +1,146 @@
+"""torchrun on the emulated server: collectives on ``hccl`` and DDP, two processes."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import textwrap
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SCRIPT = """
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("hccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+assert world == 2 and dist.get_backend() == "hccl"
+# each local process acquired its own module (set by the hccl import)
+assert os.environ["HLS_MODULE_ID"] == os.environ["LOCAL_RANK"]
+assert torch.hpu.device_count() == 2 and torch.hpu.current_device() == 0
+
+t = torch.full((4,), float(rank + 1), device="hpu")
+dist.all_reduce(t)
+assert t.device.type == "hpu" and t.tolist() == [3.0] * 4
+
+parts = [torch.empty(2, device="hpu") for _ in range(world)]
+dist.all_gather(parts, torch.full((2,), float(rank), device="hpu"))
+assert [p.tolist() for p in parts] == [[0.0, 0.0], [1.0, 1.0]]
+
+b = torch.full((3,), float(rank + 10), device="hpu")
+dist.broadcast(b, src=1)
+assert b.tolist() == [11.0] * 3
+
+try:
+    dist.all_reduce(torch.ones(2))
+except RuntimeError:
+    pass
+else:
+    raise AssertionError("hccl accepted a CPU tensor")
+
+torch.manual_seed(rank)  # different initial weights: DDP must broadcast rank 0's
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+ddp = torch.nn.parallel.DistributedDataParallel(model.to("hpu"), device_ids=[0])
+opt = torch.optim.AdamW(ddp.parameters(), lr=1e-2)
+for _ in range(3):
+    x = torch.randn(4, 8, device="hpu")  # different data per rank
+    ddp(x).pow(2).mean().backward()
+    opt.step()
+    opt.zero_grad()
+flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+copies = [torch.empty_like(flat) for _ in range(world)]
+dist.all_gather(copies, flat)
+assert torch.equal(copies[0].cpu(), copies[1].cpu())
+dist.barrier()
+dist.destroy_process_group()
+print(f"rank {rank} ok")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(SCRIPT))
+    out = run(
+        "",
+        {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1"},
+        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+              "--master_port", str(_free_port()), str(script)],
+        timeout=300,
+    )
+    assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
+
+
+TRAINER = """
+import tempfile
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+
+class Tokens(Dataset):
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        ids = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(i))
+        return {"input_ids": ids, "labels": ids}
+
+
+torch.manual_seed(0)
+config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, intermediate_size=128, vocab_size=1000)
+args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=2,
+                         max_steps=2, bf16=True, report_to=[], save_strategy="no")
+assert args.device.type == "hpu", args.device
+trainer = Trainer(model=LlamaForCausalLM(config), args=args, train_dataset=Tokens())
+trainer.train()
+state = trainer.accelerator.state
+assert state.distributed_type.value == "MULTI_HPU", state.distributed_type
+assert dist.get_backend() == "hccl"
+flat = torch.cat([p.detach().flatten() for p in trainer.model.parameters()])
+copies = [torch.empty_like(flat) for _ in range(2)]
+dist.all_gather(copies, flat)
+assert torch.equal(copies[0].cpu(), copies[1].cpu())
+print(f"rank {dist.get_rank()} ok")
+"""
+
+
+def test_trainer_under_torchrun_chooses_multi_hpu_and_hccl(run, tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(TRAINER))
+    out = run(
+        "",
+        {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1"},
+        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+              "--master_port", str(_free_port()), str(script)],
+        timeout=300,
+    )
+    assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
+
+
+def test_unsupported_module_group_is_refused_before_any_collective(run, tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('hccl')\n"
+                      "print('initialized')\n")
+    out = run(
+        "",
+        {"HABANA_VISIBLE_MODULES": "1,2", "OMP_NUM_THREADS": "1"},
+        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+              "--master_port", str(_free_port()), str(script)],
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode != 0
+    assert "initialized" not in out.stdout
+    assert "this one uses modules 1,2" in out.stderr
+    assert "HABANA_VISIBLE_MODULES" in out.stderr

@@ -1,0 +1,309 @@
+"""The emulated device through plain torch, in fresh interpreters with HPU_PLUGIN_EMULATE set.
+
+Every script is user code: it imports torch, never hpu_plugin.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+
+def test_device_api_and_tensors_to_and_from_hpu(run):
+    out = run("""
+        import torch
+        assert torch.hpu.is_available()
+        assert torch.hpu.device_count() == 8 and torch.hpu.current_device() == 0
+        assert torch.hpu.get_device_name() == "GAUDI2"
+        assert torch.accelerator.current_accelerator().type == "hpu"
+        a = torch.randn(4, 5)
+        h = a.to("hpu")
+        assert h.device == torch.device("hpu", 0) and h.data_ptr() != a.data_ptr()
+        assert torch.equal(h.cpu(), a)
+        assert torch.equal((h * 2 + 1).cpu(), a * 2 + 1)
+        # views and in-place ops keep identity and storage
+        v = h[1:3].t()
+        v.mul_(0)
+        assert v.device.type == "hpu" and h[1:3].abs().sum().item() == 0
+        y = torch.empty(0, device="hpu")
+        r = torch.add(h, 1, out=y)
+        assert r is y and y.shape == h.shape
+        # CUDA-like device checks: 0-dim CPU tensors mix, others do not
+        assert torch.equal((h + torch.tensor(1.0)).cpu(), a_mod := h.cpu() + 1)
+        try:
+            h + torch.ones(4, 5)
+        except RuntimeError as e:
+            assert "Expected all tensors to be on the same device" in str(e), e
+            assert "hpu:0 and cpu" in str(e), e
+        else:
+            raise AssertionError("a CPU operand was accepted")
+        # memory statistics follow allocations
+        before = torch.hpu.memory_allocated()
+        big = torch.empty(1 << 20, device="hpu")
+        assert torch.hpu.memory_allocated() - before == 4 << 20
+        del big
+        assert torch.hpu.memory_allocated() == before
+        assert torch.hpu.max_memory_allocated() >= before + (4 << 20)
+        free, total = torch.hpu.mem_get_info()
+        assert total == 96 * 1024**3 and free == total - before
+        assert torch.randn(3).pin_memory().is_pinned()
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_training_step_equals_cpu(run):
+    run("""
+        import copy, torch
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        cpu = torch.nn.Sequential(
+            torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32),
+            torch.nn.Linear(32, 4))
+        hpu = copy.deepcopy(cpu).to("hpu")
+        opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (cpu, hpu)]
+        x, t = torch.randn(8, 16), torch.randint(0, 4, (8,))
+        for _ in range(3):
+            for model, opt, dev in ((cpu, opts[0], "cpu"), (hpu, opts[1], "hpu")):
+                loss = torch.nn.functional.cross_entropy(model(x.to(dev)), t.to(dev))
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+        for p, q in zip(cpu.parameters(), hpu.parameters()):
+            assert q.device.type == "hpu"
+            assert torch.equal(p, q.cpu()), (p - q.cpu()).abs().max()
+    """)
+
+
+def test_bf16_autocast(run):
+    run("""
+        import torch
+        x = torch.randn(8, 8, device="hpu")
+        lin = torch.nn.Linear(8, 8).to("hpu")
+        with torch.autocast("hpu"):
+            y = lin(x)
+            s = torch.log_softmax(y, -1)
+        assert torch.get_autocast_dtype("hpu") == torch.bfloat16
+        assert y.dtype == torch.bfloat16 and y.device.type == "hpu"
+        assert s.dtype == torch.float32
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ref = lin.cpu()(x.cpu())
+        assert torch.equal(y.cpu(), ref)
+    """)
+
+
+def test_rng_is_reproducible_and_only_device_0_has_state(run):
+    run("""
+        import torch
+        torch.manual_seed(7)  # the real stack reseeds the HPU generator too
+        a = torch.randn(5, device="hpu")
+        d1 = torch.nn.functional.dropout(torch.ones(100, device="hpu"), 0.5)
+        torch.manual_seed(7)
+        b = torch.randn(5, device="hpu")
+        d2 = torch.nn.functional.dropout(torch.ones(100, device="hpu"), 0.5)
+        assert torch.equal(a.cpu(), b.cpu()) and torch.equal(d1.cpu(), d2.cpu())
+        torch.hpu.manual_seed_all(3)
+        state = torch.hpu.get_rng_state()
+        c = torch.rand(4, device="hpu")
+        torch.hpu.set_rng_state(state)
+        assert torch.equal(c.cpu(), torch.rand(4, device="hpu").cpu())
+        assert len(torch.hpu.get_rng_state_all()) == 1
+        for call in (lambda: torch.hpu.get_rng_state("hpu:1"),
+                     lambda: torch.hpu.set_rng_state_all([state, state])):
+            try:
+                call()
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("RNG state beyond device 0 was accepted")
+        g = torch.Generator(device="hpu").manual_seed(11)
+        g2 = torch.Generator(device="hpu").manual_seed(11)
+        assert g.device.type == "hpu"
+        assert torch.equal(torch.randn(3, device="hpu", generator=g).cpu(),
+                           torch.randn(3, device="hpu", generator=g2).cpu())
+    """)
+
+
+def test_save_load_and_safetensors_round_trips(run, tmp_path):
+    run(f"""
+        import torch
+        from safetensors.torch import load_file, save_file
+        x = {{"w": torch.randn(3, 4, device="hpu"), "i": torch.arange(6, device="hpu")}}
+        torch.save(x, {str(tmp_path / "x.pt")!r})
+        y = torch.load({str(tmp_path / "x.pt")!r})
+        assert all(y[k].device.type == "hpu" and torch.equal(y[k].cpu(), x[k].cpu()) for k in x)
+        z = torch.load({str(tmp_path / "x.pt")!r}, map_location="cpu")
+        assert z["w"].device.type == "cpu" and torch.equal(z["w"], x["w"].cpu())
+        save_file(x, {str(tmp_path / "x.safetensors")!r})
+        s = load_file({str(tmp_path / "x.safetensors")!r}, device="hpu")
+        assert all(s[k].device.type == "hpu" and torch.equal(s[k].cpu(), x[k].cpu()) for k in x)
+    """)
+
+
+def test_int64_beyond_int32_fails_like_the_real_stack_without_int64_support(run):
+    script = """
+        import torch
+        assert torch.equal(torch.tensor([5, -7]).to("hpu").cpu(), torch.tensor([5, -7]))
+        outcomes = []
+        for make in (lambda: torch.tensor([2**40]).to("hpu"),
+                     lambda: torch.tensor([1e12]).to("hpu", torch.long)):
+            try:
+                make()
+            except RuntimeError as e:
+                outcomes.append(str(e).splitlines()[0])
+            else:
+                outcomes.append("accepted")
+        for line in outcomes:
+            print(line)
+    """
+    off = run(script, {"PT_ENABLE_INT64_SUPPORT": "0"})
+    lines = off.stdout.strip().splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("Error when trying to cast Long to Int, Input values range [")
+        assert "exceeds Int range" in line
+    on = run(script, {"PT_ENABLE_INT64_SUPPORT": "1"})
+    assert on.stdout.split() == ["accepted", "accepted"]
+
+
+def test_first_generation_gaudi_refuses_fp16_and_names_itself(run):
+    run("""
+        import torch
+        assert torch.hpu.get_device_name() == "GAUDI"
+        import habana_frameworks.torch.utils.experimental as htexp
+        assert htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi
+        torch.ones(2, dtype=torch.bfloat16, device="hpu")
+        for make in (lambda: torch.ones(2, dtype=torch.float16, device="hpu"),
+                     lambda: torch.ones(2, device="hpu").half()):
+            try:
+                make()
+            except RuntimeError as e:
+                assert "float16 is not supported on GAUDI" in str(e), e
+            else:
+                raise AssertionError("fp16 accepted on first-generation Gaudi")
+    """, {"HPU_PLUGIN_EMULATE": "Gaudi"})
+
+
+def test_allocation_past_the_device_memory_fails_with_the_real_oom_text(run):
+    run("""
+        import torch
+        assert torch.hpu.mem_get_info()[1] == 8 * 1024 * 1024
+        keep = torch.empty(1024 * 1024, device="hpu")  # 4 MiB of 8
+        try:
+            torch.empty(2 * 1024 * 1024, device="hpu")
+        except torch.OutOfMemoryError as e:
+            assert "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed" in str(e), e
+        else:
+            raise AssertionError("allocation beyond the limit succeeded")
+        try:
+            keep.repeat(2)  # an op's output counts too
+        except torch.OutOfMemoryError:
+            pass
+        else:
+            raise AssertionError("an output beyond the limit was accepted")
+        assert torch.hpu.memory_allocated() == 4 * 1024 * 1024
+    """, {"HPU_PLUGIN_EMULATE_MEMORY": "8MiB"})
+
+
+def test_visible_modules_and_device_count(run):
+    out = run("""
+        import os, torch
+        print(torch.hpu.device_count(), torch.hpu.current_device(), torch.hpu.get_device_name(),
+              torch.hpu.get_device_properties(1).module_id)
+    """, {"HPU_PLUGIN_EMULATE": "gaudi3", "HPU_PLUGIN_EMULATE_MODULES": "5,4,7,6",
+          "HPU_PLUGIN_EMULATE_DEVICES": "4", "HABANA_VISIBLE_MODULES": "7,6"})
+    assert out.stdout.split() == ["2", "0", "GAUDI3", "6"]
+
+
+def test_standins_are_findable_and_behave_like_the_real_modules(run):
+    run("""
+        import importlib.util, os, sys, torch
+        assert "torch._dynamo" not in sys.modules  # hpu_backend registers lazily
+        assert importlib.util.find_spec("habana_frameworks") is not None
+        assert importlib.util.find_spec("habana_frameworks.torch") is not None
+        import habana_frameworks.torch as ht
+        import habana_frameworks.torch.core as htcore
+        import habana_frameworks.torch.hpu as hthpu
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401
+        from habana_frameworks.torch.utils.experimental import _get_device_type, synDeviceType
+        assert hthpu is torch.hpu
+        assert _get_device_type() == synDeviceType.synDeviceGaudi2
+        htcore.mark_step()
+        assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+        # hccl's import-time effects outside a distributed launch
+        assert os.environ["MASTER_ADDR"] == "localhost" and os.environ["MASTER_PORT"] == "12345"
+        assert os.environ["ID"] == "-1"
+        assert "hccl" in torch.distributed.Backend.backend_list
+        from torch._dynamo import list_backends
+        assert "hpu_backend" in list_backends()
+    """)
+
+
+def test_without_the_switch_nothing_of_the_emulator_loads(run):
+    run("""
+        import importlib.util, sys, torch
+        loaded = [m for m in sys.modules if m.startswith("hpu_plugin.emulation")]
+        assert not loaded, loaded
+        assert not hasattr(torch, "hpu")
+        assert importlib.util.find_spec("habana_frameworks") is None
+    """, emulate=None)
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HPU_PLUGIN_EMULATE": "gaudi5"}, "HPU_PLUGIN_EMULATE='gaudi5'"),
+        ({"HPU_PLUGIN_EMULATE_DEVICES": "9"}, "HPU_PLUGIN_EMULATE_DEVICES='9'"),
+        ({"HPU_PLUGIN_EMULATE_DEVICES": "0"}, "HPU_PLUGIN_EMULATE_DEVICES='0'"),
+        ({"HPU_PLUGIN_EMULATE_MODULES": "0,1,1"}, "HPU_PLUGIN_EMULATE_MODULES='0,1,1'"),
+    ],
+)
+def test_bad_configuration_is_reported_and_import_torch_still_works(run, env, named):
+    out = run("""
+        import torch
+        assert not hasattr(torch, "hpu")
+        print(torch.ones(2).sum().item())
+    """, env)
+    assert out.stdout.strip() == "2.0"
+    assert named in out.stderr and "accepted" in out.stderr
+
+
+def test_emulation_beside_real_gaudi_software_is_refused(run, tmp_path):
+    fake = tmp_path / "site" / "habana_frameworks"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "torch" / "__init__.py").write_text("")
+    out = run("""
+        import sys, torch
+        assert not any(m.startswith("hpu_plugin.emulation") for m in sys.modules)
+        assert not hasattr(torch, "hpu")
+        print("imported")
+    """, {"PYTHONPATH": str(tmp_path / "site")})
+    assert out.stdout.strip() == "imported"
+    assert "HPU_PLUGIN_EMULATE" in out.stderr and "habana_frameworks" in out.stderr
+
+
+def test_a_missing_compiler_is_one_clear_message(run, tmp_path):
+    out = run("""
+        import torch
+        assert not hasattr(torch, "hpu")
+        print("imported")
+    """, {"HPU_PLUGIN_CACHE_DIR": str(tmp_path / "cache"), "CXX": "no-such-compiler-xyz"})
+    assert out.stdout.strip() == "imported"
+    errors = [line for line in out.stderr.splitlines() if "hpu_plugin" in line]
+    assert len(errors) == 1, out.stderr
+    assert "no C++ compiler ('no-such-compiler-xyz')" in errors[0] and "fix:" in errors[0]
+
+
+def test_hl_smi_prints_like_the_real_tool_and_is_on_path_for_children(run):
+    out = run("""
+        import subprocess, torch
+        print(subprocess.run(["hl-smi", "-Q", "index,module_id", "-f", "csv"],
+                             capture_output=True, text=True, check=True).stdout, end="")
+    """, {"HPU_PLUGIN_EMULATE_MODULES": "5,4,7,6", "HPU_PLUGIN_EMULATE_DEVICES": "4"})
+    assert out.stdout == "index, module_id\n0, 5\n1, 4\n2, 7\n3, 6\n"
+    direct = run("", {"HPU_PLUGIN_EMULATE_DEVICES": "2"},
+                 args=[__import__("sys").executable, "-m", "hpu_plugin.emulation.hlsmi",
+                       "-Q", "index,module_id", "-f", "csv,noheader"])
+    assert direct.stdout == "0, 0\n1, 1\n"
