@@ -15,9 +15,10 @@ Ops provided:
     ``dequantize_nf4(Tensor input, Tensor absmax, SymInt blocksize, int[] out_shape,
     ScalarType out_dtype) -> Tensor``.
 
-Registration happens only while emulating: the emulator's ``start()`` calls
-:func:`register`, and it never runs when the real ``habana_frameworks`` is installed. As a
-second guard, :func:`register` leaves an already defined op alone.
+Registration happens only while emulating: the emulator's ``start()`` imports this module
+(or calls :func:`register`), and it never runs when the real ``habana_frameworks`` is
+installed. Importing it in a process without a started emulator (tests) defines nothing.
+As a second guard, :func:`register` leaves an already defined op alone.
 """
 
 from __future__ import annotations
@@ -195,3 +196,14 @@ def register() -> bool:
         )
         _library = library
         return True
+
+
+def _register_if_emulating() -> None:
+    """Importing this module from the emulator's ``start()`` is enough to define the ops."""
+    from hpu_plugin.emulation import runtime
+
+    if runtime.started():
+        register()
+
+
+_register_if_emulating()
