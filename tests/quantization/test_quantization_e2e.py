@@ -108,6 +108,11 @@ def run_ok(script: str, emulate: str = "1", adapter: bool = False) -> dict[str, 
     if reason:
         pytest.skip(reason)
     result = run(PRELUDE + textwrap.dedent(script), emulate)
+    if result.returncode < 0:
+        pytest.fail(
+            f"the script died of signal {-result.returncode} (a crash in native code, e.g. the "
+            f"emulator's fallback); its stderr ends:\n{result.stderr[-3000:]}"
+        )
     assert result.returncode == 0, result.stderr[-4000:]
     report: dict[str, object] = json.loads(result.stdout.strip().splitlines()[-1])
     return report
