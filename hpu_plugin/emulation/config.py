@@ -9,25 +9,27 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hpu_plugin.emulation.errors import EmulationError
+from hpu_plugin.gaudi import visibility
+from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.generations import Generation, generation_from_name, int64_on_device
+from hpu_plugin.gaudi.modes import mode
+from hpu_plugin.gaudi.visibility import MAX_DEVICES
+
+T = TypeVar("T")
 
 GIB = 1024**3
 
-#: generation name -> (name get_device_name() returns, default memory per device)
-GENERATIONS: dict[str, tuple[str, int]] = {
-    "gaudi": ("GAUDI", 32 * GIB),
-    "gaudi2": ("GAUDI2", 96 * GIB),
-    "gaudi3": ("GAUDI3", 128 * GIB),
-}
-_OFF = {"", "0", "false", "no", "off"}
+#: What HPU_PLUGIN_EMULATE accepts (any case); every other non-off value is refused.
+GENERATION_KEYS = ("gaudi", "gaudi2", "gaudi3")
 _ON_MEANS_GAUDI2 = {"1", "true", "yes", "on"}
 _UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
           "mib": 1024**2, "g": GIB, "gb": 1000**3, "gib": GIB, "t": 1024**4, "tb": 1000**4,
           "tib": 1024**4}
-MAX_DEVICES = 8
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,18 @@ class EmulatorConfig:
         return tuple(self.server_modules[i] for i in self.visible_indices)
 
 
+def _gaudi_rule(parse: Callable[[], T]) -> T:
+    """Apply a rule of ``hpu_plugin.gaudi``; its refusal becomes the emulator's one error
+    type, with the same text (variable, value, what is supported, fix)."""
+    try:
+        return parse()
+    except GaudiConfigError as exc:
+        raise EmulationError(str(exc)) from exc
+
+
 def _int_list(name: str, value: str, accepted: str) -> list[int]:
+    """HPU_PLUGIN_EMULATE_MODULES: the emulator's own variable (the Gaudi ones go through
+    ``hpu_plugin.gaudi.visibility``)."""
     parts = [p.strip() for p in value.split(",")]
     if not all(re.fullmatch(r"\d+", p) for p in parts):
         raise EmulationError(
@@ -74,13 +87,6 @@ def parse_memory(value: str) -> int:
     return int(float(match.group(1)) * _UNITS[unit])
 
 
-def _flag(environ: Mapping[str, str], name: str, default: bool) -> bool:
-    value = environ.get(name)
-    if value is None or not value.strip():
-        return default
-    return value.strip().lower() not in _OFF
-
-
 @dataclass(frozen=True)
 class Server:
     generation: str
@@ -89,6 +95,17 @@ class Server:
     memory: int
     container_indices: tuple[int, ...]  # what HABANA_VISIBLE_DEVICES leaves
 
+    @property
+    def gaudi(self) -> Generation:
+        """The generation's facts, from ``hpu_plugin.gaudi``."""
+        return _generation(self.generation)
+
+
+def _generation(key: str) -> Generation:
+    found = generation_from_name(key)
+    assert found is not None, key  # every key of GENERATION_KEYS names a generation
+    return found
+
 
 def server(environ: Mapping[str, str] = os.environ) -> Server:
     """The emulated server as ``hl-smi`` shows it; an EmulationError for a bad variable."""
@@ -96,12 +113,12 @@ def server(environ: Mapping[str, str] = os.environ) -> Server:
     key = raw.lower()
     if key in _ON_MEANS_GAUDI2:
         key = "gaudi2"
-    if key not in GENERATIONS:
+    if key not in GENERATION_KEYS:
         raise EmulationError(
             f"HPU_PLUGIN_EMULATE={raw!r} names no Gaudi generation; accepted: 1 (Gaudi2), "
             "gaudi, gaudi2, gaudi3 (any case), or unset/0 to turn emulation off"
         )
-    device_name, default_memory = GENERATIONS[key]
+    generation = _generation(key)
 
     devices_raw = environ.get("HPU_PLUGIN_EMULATE_DEVICES", "").strip()
     modules_raw = environ.get("HPU_PLUGIN_EMULATE_MODULES", "").strip()
@@ -133,83 +150,77 @@ def server(environ: Mapping[str, str] = os.environ) -> Server:
         modules = list(range(count if count is not None else MAX_DEVICES))
 
     memory_raw = environ.get("HPU_PLUGIN_EMULATE_MEMORY", "").strip()
-    memory = parse_memory(memory_raw) if memory_raw else default_memory
+    memory = parse_memory(memory_raw) if memory_raw else generation.memory_gib * GIB
 
-    # What the process sees: the container runtime's indices, then module ids.
-    visible = list(range(len(modules)))
-    devices_sel = environ.get("HABANA_VISIBLE_DEVICES", "").strip()
-    if devices_sel and devices_sel.lower() != "all":
-        indices = _int_list(
-            "HABANA_VISIBLE_DEVICES", devices_sel,
-            f"distinct device indices 0..{len(modules) - 1} of the emulated server",
+    # What the process sees: the container runtime's indices (the syntax is gaudi/'s rule;
+    # whether the indices exist is a fact of this emulated server).
+    indices = _gaudi_rule(lambda: visibility.visible_devices(environ))
+    visible = list(range(len(modules))) if indices is None else list(indices)
+    bad = [i for i in visible if i >= len(modules)]
+    if bad:
+        raise EmulationError(
+            f"{visibility.DEVICES}={environ[visibility.DEVICES]!r} names device index {bad[0]}, "
+            f"which the emulated server lacks; accepted: indices 0..{len(modules) - 1} "
+            "(HPU_PLUGIN_EMULATE_DEVICES sets how many there are)"
         )
-        bad = [i for i in indices if i >= len(modules)]
-        if bad:
-            raise EmulationError(
-                f"HABANA_VISIBLE_DEVICES={devices_sel!r} names device index {bad[0]}, which the "
-                f"emulated server lacks; accepted: indices 0..{len(modules) - 1} "
-                "(HPU_PLUGIN_EMULATE_DEVICES sets how many there are)"
-            )
-        visible = indices
-    return Server(key, device_name, tuple(modules), memory, tuple(visible))
+    return Server(key, generation.name, tuple(modules), memory, tuple(visible))
 
 
 def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
     """The configuration, or an EmulationError naming the variable and accepted values."""
     srv = server(environ)
-    key, device_name, memory = srv.generation, srv.device_name, srv.memory
     modules = list(srv.modules)
     visible = list(srv.container_indices)
-    modules_sel = environ.get("HABANA_VISIBLE_MODULES", "").strip()
-    if modules_sel:
-        present = [modules[i] for i in visible]
-        wanted = _int_list(
-            "HABANA_VISIBLE_MODULES", modules_sel,
-            f"distinct module ids among {','.join(map(str, present))}",
-        )
-        missing = [m for m in wanted if m not in present]
-        if missing:
-            raise EmulationError(
-                f"HABANA_VISIBLE_MODULES={modules_sel!r} names module id {missing[0]}, which is "
-                f"not visible; accepted: module ids among {','.join(map(str, present))} "
-                "(see `hl-smi -Q index,module_id -f csv`)"
+    wanted = _gaudi_rule(lambda: visibility.visible_modules(environ))
+    if wanted is not None:
+        # hl-smi's view inside the container: index -> module id of each device it shows
+        shown = {i: modules[i] for i in visible}
+        _gaudi_rule(
+            lambda: visibility.check_modules_exist(
+                wanted, shown, visibility.MODULES, environ[visibility.MODULES]
             )
+        )
         visible = [modules.index(m) for m in wanted]
     visible_modules = [modules[i] for i in visible]
 
-    module_id = _acquired_module(environ, visible_modules)
-    lazy = environ.get("PT_HPU_LAZY_MODE", "1") != "0"
-    # Real defaults: int64 on in eager mode, off in lazy mode and always off on Gaudi 1.
-    int64 = _flag(environ, "PT_ENABLE_INT64_SUPPORT", default=not lazy and key != "gaudi")
-    if key == "gaudi":
-        int64 = False
+    module_id = acquired_module(environ, visible_modules)
+    generation = srv.gaudi
     return EmulatorConfig(
-        generation=key,
-        device_name=device_name,
+        generation=srv.generation,
+        device_name=generation.name,
         server_modules=tuple(modules),
         visible_indices=tuple(visible),
         module_id=module_id,
-        memory=memory,
-        int64_supported=int64,
-        fp16_supported=key != "gaudi",
-        lazy=lazy,
+        memory=srv.memory,
+        int64_supported=_gaudi_rule(lambda: int64_on_device(generation, environ)),
+        fp16_supported=generation.fp16,
+        lazy=_gaudi_rule(lambda: mode(environ).name == "lazy"),
     )
 
 
-def _acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
+def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
     """The one module a process acquires, chosen as the real stack chooses it."""
     accepted = ",".join(map(str, visible_modules))
-    hls = environ.get("HLS_MODULE_ID", "").strip()
-    if hls:
-        if not re.fullmatch(r"\d+", hls) or int(hls) not in visible_modules:
+    raw = environ.get(visibility.MODULE_ID)
+    own = _gaudi_rule(lambda: visibility.parse_module_id(raw))
+    if own is not None:
+        if own not in visible_modules:
             raise EmulationError(
-                f"HLS_MODULE_ID={hls!r} is not a visible module; accepted: one of {accepted}"
+                str(
+                    visibility.VisibilityError(
+                        visibility.MODULE_ID,
+                        raw,
+                        f"one of {accepted} (the visible module ids)",
+                        f"set {visibility.MODULE_ID} to one of {accepted}, or unset it",
+                        problem=f"module {own} is not visible to this process",
+                    )
+                )
             )
-        return int(hls)
+        return own
     local_rank = environ.get("LOCAL_RANK", "").strip()
     if local_rank and re.fullmatch(r"\d+", local_rank):
         rank = int(local_rank)
-        if environ.get("HABANA_VISIBLE_MODULES", "").strip():
+        if environ.get(visibility.MODULES, "").strip():
             if rank >= len(visible_modules):
                 raise EmulationError(
                     f"LOCAL_RANK={rank} has no entry in HABANA_VISIBLE_MODULES={accepted}; "

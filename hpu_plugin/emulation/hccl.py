@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from hpu_plugin.gaudi import selection
+
 
 def initialize_distributed_hpu() -> tuple[int, int, int]:
     """The import-time environment effects of the real ``hccl`` module."""
@@ -27,27 +29,15 @@ def initialize_distributed_hpu() -> tuple[int, int, int]:
     rank = int(env.get("RANK", "-1"))
     local_rank = int(env.get("LOCAL_RANK", "-1"))
     if world_size > 1 and local_rank != -1:
+        from hpu_plugin.emulation import runtime
+
+        runtime.fix_acquisition_if_device_used()
         visible = env.get("HABANA_VISIBLE_MODULES", "").strip()
         env["HLS_MODULE_ID"] = visible.split(",")[local_rank].strip() if visible else str(
             local_rank
         )
     env["ID"] = str(rank)
     return world_size, rank, local_rank
-
-
-#: Partial-server jobs that Gaudi's HCCL supports (Intel Gaudi docs, "Multiple Workloads on
-#: a Single Docker"): 2 or 4 devices, in these module-id groups only.
-SUPPORTED_PARTIAL_GROUPS = (
-    frozenset({0, 1}), frozenset({2, 3}), frozenset({4, 5}), frozenset({6, 7}),
-    frozenset({0, 1, 2, 3}), frozenset({4, 5, 6, 7}),
-)
-
-
-def _acquired_module() -> int:
-    from hpu_plugin.emulation import runtime
-
-    value = os.environ.get("HLS_MODULE_ID", "").strip()
-    return int(value) if value.isdigit() else runtime.current_config().module_id
 
 
 def check_module_group(modules: list[int]) -> None:
@@ -58,19 +48,20 @@ def check_module_group(modules: list[int]) -> None:
             f"hccl: several processes acquired the same Gaudi module ({sorted(modules)}); "
             "give each local process its own module with HABANA_VISIBLE_MODULES"
         )
-    if len(modules) in (1, 8) or group in SUPPORTED_PARTIAL_GROUPS:
+    if len(modules) == 1 or selection.is_supported_group(modules):
         return
-    groups = " or ".join(",".join(map(str, sorted(g))) for g in SUPPORTED_PARTIAL_GROUPS)
     raise RuntimeError(
-        f"hccl: a job on part of a Gaudi server must use 2 or 4 devices in a supported module "
-        f"group ({groups}); this one uses modules {','.join(map(str, modules))}; fix: set "
+        f"hccl: this job uses modules {','.join(map(str, modules))}, which Gaudi's HCCL does "
+        f"not support; supported: {selection.supported_groups_text()}; fix: set "
         "HABANA_VISIBLE_MODULES to a supported group and start one process per module"
     )
 
 
 def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[int]:
     prefix = f"hpu_plugin_emulator/{group_id}/module/"
-    store.set(f"{prefix}{rank}", str(_acquired_module()))
+    from hpu_plugin.emulation import runtime
+
+    store.set(f"{prefix}{rank}", str(runtime.acquired_module()))
     return [int(store.get(f"{prefix}{r}").decode()) for r in range(size)]
 
 

@@ -1,7 +1,8 @@
 """``hl-smi`` for the emulated server: the query form the Gaudi tooling and docs use.
 
 ``python -m hpu_plugin.emulation.hlsmi -Q index,module_id -f csv`` prints what the real tool
-prints (header ``index, module_id``, comma-space separators). Does not import torch.
+prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
+plugin reads it with). Does not import torch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
+from hpu_plugin.gaudi.hlsmi import format_csv
 
 DRIVER_VERSION = "1.19.0-emulated"
 MIB = 1024 * 1024
@@ -24,7 +26,7 @@ def _fields(srv: _config.Server, index: int) -> dict[str, str]:
     return {
         "index": str(index),
         "module_id": str(module),
-        "name": f"HL-{ {'gaudi': '205', 'gaudi2': '225', 'gaudi3': '325'}[srv.generation] }",
+        "name": srv.gaudi.product,
         "bus_id": f"0000:{0x10 + 16 * module:02x}:00.0",
         "driver_version": DRIVER_VERSION,
         "serial": f"EMU{module:07d}",
@@ -67,11 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "csv" not in formats:
             print("hl-smi: only -f csv is supported by the emulator", file=sys.stderr)
             return 2
-        if "noheader" not in formats:
-            print(", ".join(names))
-        for index in indices:
-            fields = _fields(srv, index)
-            print(", ".join(fields[name] for name in names))
+        rows = [_fields(srv, index) for index in indices]
+        sys.stdout.write(format_csv(rows, names, header="noheader" not in formats))
         return 0
     for index in indices:
         fields = _fields(srv, index)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sys
 import warnings
 from collections.abc import Iterator
@@ -19,6 +20,9 @@ from typing import Any
 import torch
 
 from hpu_plugin.emulation import runtime
+from hpu_plugin.gaudi import visibility
+from hpu_plugin.gaudi.generations import Generation, generation_from_name
+from hpu_plugin.gaudi.visibility import MAX_DEVICES
 
 _initialized = False
 _autocast_dtype = torch.bfloat16
@@ -46,7 +50,11 @@ def _index(device: Any = None) -> int:
 
 
 def init() -> None:
+    """As the real ``init``, acquires the device: from here on the module is fixed."""
     global _initialized
+    if _initialized:
+        return
+    runtime.acquired_module()
     _initialized = True
     with contextlib.suppress(Exception):
         import torch.utils.checkpoint as checkpoint
@@ -76,23 +84,71 @@ def device_count() -> int:
 
 
 def current_device() -> int:
+    init()
     return int(_ext().current_device())
 
 
+def _check_index(index: int) -> int:
+    """The real module's range check of an index argument (its text)."""
+    if index < 0 or index >= device_count():
+        raise AssertionError("Invalid device id")
+    return index
+
+
 def set_device(device: Any) -> None:
+    """As the real one (gaudi-facts §1): map the index to a module id and set
+    ``HLS_MODULE_ID``, which chooses the module the process acquires if it has not yet; the
+    current device stays hpu:0, the only device a process drives."""
     index = _index(device)
-    _ext().set_device(index)
+    raw = os.environ.get(visibility.MODULES)
+    available = visibility.parse_visible_modules(raw or None) or tuple(range(MAX_DEVICES))
+    if index not in available and index > len(available):
+        raise AssertionError(
+            f"Trying to open device with idx={index} when only {list(available)} are "
+            "avaliable)"  # sic, the real text
+        )
+    current = visibility.parse_module_id(os.environ.get(visibility.MODULE_ID) or None)
+    if current is not None:
+        for position in range(min(device_count(), len(available))):
+            if available[position] == current:
+                index = position
+                break
+        requested = available[index] if index < len(available) else index
+        assert requested == current, (
+            f"Requested module_id={requested} is different from current_module_id={current} "
+            "which was previously set."
+        )
+    elif raw is None and device_count() < MAX_DEVICES:
+        # Without either variable the module is acquired by type: only index 0 means anything.
+        assert index == 0, (
+            f"As {visibility.MODULES} is not provided, the only supported device idx is 0."
+        )
+    else:
+        runtime.fix_acquisition_if_device_used()
+        os.environ[visibility.MODULE_ID] = str(available[index])
+    set_device.current_device_idx = index  # type: ignore[attr-defined]
+
+
+set_device.current_device_idx = -1  # type: ignore[attr-defined]
 
 
 def get_device_name(device: Any = None) -> str:
     if not is_available():
         warnings.warn("Device not available", stacklevel=2)
         return ""
+    init()
+    _check_index(_index(device))
     return runtime.current_config().device_name
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:
-    return {"GAUDI": (1, 0), "GAUDI2": (2, 0), "GAUDI3": (3, 0)}[get_device_name(device)]
+    return (_generation().number, 0)
+
+
+def _generation() -> Generation:
+    found = generation_from_name(runtime.current_config().device_name)
+    assert found is not None
+    return found
 
 
 @dataclass(frozen=True)
@@ -109,13 +165,16 @@ class _DeviceProperties:
 
 
 def get_device_properties(device: Any = None) -> _DeviceProperties:
+    """Of the acquired device, whatever the (valid) index: it is the only one in play."""
+    init()
+    _check_index(_index(device))
     cfg = runtime.current_config()
-    index = _index(device)
-    return _DeviceProperties(cfg.device_name, cfg.memory, cfg.visible_modules[index])
+    return _DeviceProperties(cfg.device_name, cfg.memory, runtime.acquired_module())
 
 
 def get_arch_list() -> list[str]:
-    return [runtime.current_config().generation]
+    """The real one lists the device name (``["GAUDI2"]``)."""
+    return [get_device_name()]
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
@@ -130,21 +189,33 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
     return is_available()
 
 
+def _module_id_from_environ() -> int:
+    value = os.environ.get(visibility.MODULE_ID, "").strip()
+    return int(value) if value.isdigit() else -1
+
+
 class device:
-    """Context manager that changes the current HPU device."""
+    """As the real context manager: index 0 or the acquired module's id, nothing else (a
+    process drives one device); entering selects that module with :func:`set_device`."""
 
     def __init__(self, device: Any) -> None:
-        self.idx = -1 if device is None else _index(device)
+        index = -1 if device is None else _index(device)
+        module = _module_id_from_environ()
+        if index not in (-1, 0) and index != module:
+            raise AssertionError(
+                f"Requested device_id={index} is different from env_device_id={module}"
+            )
+        self.idx = module
         self.prev_idx = -1
 
     def __enter__(self) -> None:
-        if self.idx >= 0:
-            self.prev_idx = current_device()
+        self.prev_idx = set_device.current_device_idx  # type: ignore[attr-defined]
+        if self.idx != -1 and self.idx != self.prev_idx:
             set_device(self.idx)
 
     def __exit__(self, *exc: object) -> None:
-        if self.prev_idx >= 0:
-            set_device(self.prev_idx)
+        if self.prev_idx not in (-1, self.idx):
+            set_device(self.idx)
 
 
 class device_of(device):
@@ -185,7 +256,11 @@ def set_stream(stream: Any) -> None:
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    return dict(_ext().memory_stats(_index(device)))
+    """Any valid index answers for the acquired device, as on hardware (the real binding
+    ignores the index), so ``mem_get_info(i)`` for every ``i < device_count()`` works."""
+    init()
+    _check_index(_index(device))
+    return dict(_ext().memory_stats(0))
 
 
 def memory_allocated(device: Any = None) -> int:
@@ -207,7 +282,8 @@ max_memory_cached = memory_reserved
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _ext().reset_peak_memory_stats(_index(device))
+    _check_index(_index(device))
+    _ext().reset_peak_memory_stats(0)
 
 
 def reset_max_memory_allocated(device: Any = None) -> None:
@@ -215,7 +291,8 @@ def reset_max_memory_allocated(device: Any = None) -> None:
 
 
 def reset_accumulated_memory_stats(device: Any = None) -> None:
-    _ext().reset_accumulated_memory_stats(_index(device))
+    _check_index(_index(device))
+    _ext().reset_accumulated_memory_stats(0)
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -277,18 +354,15 @@ def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
 
 
 def manual_seed(seed: int) -> None:
-    seed = int(seed)
-    for index in range(device_count()):
-        _generator(index).manual_seed(seed)
+    """Seeds the one generator a process has: that of its device, hpu:0."""
+    _generator(0).manual_seed(int(seed))
 
 
 manual_seed_all = manual_seed
 
 
 def seed() -> None:
-    value = _generator(0).seed()
-    for index in range(1, device_count()):
-        _generator(index).manual_seed(value)
+    _generator(0).seed()
 
 
 seed_all = seed
@@ -304,7 +378,7 @@ _torch_manual_seed_wrapped = False
 def _wrap_torch_manual_seed() -> None:
     """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators."""
     global _torch_manual_seed_wrapped, default_generators
-    default_generators = tuple(_generator(i) for i in range(device_count()))
+    default_generators = (_generator(0),)
     if _torch_manual_seed_wrapped:
         return
     original = torch.manual_seed
@@ -358,6 +432,43 @@ def disable_dynamic_shape() -> None:
 def fallback_calls() -> int:
     """Emulator only: how many ops the zero-copy CPU fallback has run (for benchmarks)."""
     return int(_ext().fallback_calls())
+
+
+# ------------------------------------------------------------------ typed tensor aliases
+
+
+def _tensor_alias(name: str, dtype: torch.dtype) -> type[torch.Tensor]:
+    """``torch.hpu.FloatTensor`` and friends: legacy constructors fixed to ``hpu`` and one
+    dtype, refusing another device or dtype with the real module's wording."""
+
+    def __new__(cls: type[torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
+        asked = kwargs.get("device")
+        if asked is not None and torch.device(asked).type != "hpu":
+            raise RuntimeError(
+                f"legacy constructor expects device type: hpu but device type: {asked} was "
+                "passed"
+            )
+        asked_dtype = kwargs.get("dtype")
+        if asked_dtype is not None and asked_dtype != dtype:
+            raise RuntimeError(
+                f"legacy constructor expects dtype: {dtype} but dtype: {asked_dtype} was passed"
+            )
+        kwargs.update(device="hpu", dtype=dtype)
+        return torch.Tensor._make_subclass(cls, torch.tensor(*args, **kwargs))
+
+    return type(name, (torch.Tensor,), {"__new__": __new__, "__module__": __name__})
+
+
+BFloat16Tensor = _tensor_alias("BFloat16Tensor", torch.bfloat16)
+BoolTensor = _tensor_alias("BoolTensor", torch.bool)
+ByteTensor = _tensor_alias("ByteTensor", torch.uint8)
+CharTensor = _tensor_alias("CharTensor", torch.int8)
+DoubleTensor = _tensor_alias("DoubleTensor", torch.float64)
+FloatTensor = _tensor_alias("FloatTensor", torch.float32)
+HalfTensor = _tensor_alias("HalfTensor", torch.float16)
+IntTensor = _tensor_alias("IntTensor", torch.int32)
+LongTensor = _tensor_alias("LongTensor", torch.int64)
+ShortTensor = _tensor_alias("ShortTensor", torch.int16)
 
 
 # ------------------------------------------------------------------ submodules

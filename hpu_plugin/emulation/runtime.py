@@ -37,6 +37,30 @@ def current_config() -> _config.EmulatorConfig:
     return cfg
 
 
+def acquired_module() -> int:
+    """The module this process acquired. Fixed the first time it matters (a collective, or
+    :func:`fix_acquisition_if_device_used`), from the environment as it is then: like the
+    real stack, which acquires its device on first use, so ``HLS_MODULE_ID`` set before
+    that (by ``torch.hpu.set_device`` or the hccl import) chooses the module, and set after
+    it changes nothing."""
+    module = _state.get("module")
+    if module is None:
+        module = _config.acquired_module(os.environ, list(current_config().visible_modules))
+        _state["module"] = module
+    assert isinstance(module, int)
+    return module
+
+
+def fix_acquisition_if_device_used() -> None:
+    """Call before changing what selects the module: once an HPU tensor has existed, the
+    device is acquired and a later selection must not move it."""
+    if "module" in _state or not started():
+        return
+    stats = extension().memory_stats(0)
+    if stats["NumAllocs"] or stats["MaxInUse"] or stats["InUse"]:
+        acquired_module()
+
+
 def extension() -> ModuleType:
     ext = _state.get("ext")
     assert isinstance(ext, ModuleType)

@@ -30,14 +30,18 @@ class Generation:
     fp8: bool = True
     int64: bool = True
     bitsandbytes: bool = True
+    product: str = ""  # as ``hl-smi -Q name`` prints it
+
 
     def supports(self, feature: str) -> bool:
         return bool(getattr(self, feature))
 
 
-GAUDI = Generation("GAUDI", 1, 32, fp16=False, fp8=False, int64=False, bitsandbytes=False)
-GAUDI2 = Generation("GAUDI2", 2, 96)
-GAUDI3 = Generation("GAUDI3", 3, 128)
+GAUDI = Generation(
+    "GAUDI", 1, 32, fp16=False, fp8=False, int64=False, bitsandbytes=False, product="HL-205"
+)
+GAUDI2 = Generation("GAUDI2", 2, 96, product="HL-225")
+GAUDI3 = Generation("GAUDI3", 3, 128, product="HL-325")
 GENERATIONS: Mapping[str, Generation] = {g.name: g for g in (GAUDI, GAUDI2, GAUDI3)}
 
 #: hl-smi product names: HL-20x Gaudi, HL-22x Gaudi2 (HL-225), HL-3xx Gaudi3 (HL-325L, HL-338).
@@ -94,6 +98,15 @@ def check_dtype(generation: Generation, dtype: str, variable: str = "mixed_preci
         "use bf16 (e.g. TrainingArguments(bf16=True), accelerate --mixed_precision bf16)",
         problem=f"{kind} is not available on first-generation Gaudi",
     )
+
+
+def int64_on_device(generation: Generation, environ: Mapping[str, str]) -> bool:
+    """Whether int64 stays int64 on the device, as the Gaudi software decides it: Gaudi2+,
+    eager mode, and ``PT_ENABLE_INT64_SUPPORT`` on (its default in eager mode). Raises
+    :class:`GaudiConfigError` for a switch value the Gaudi software would misread."""
+    enabled = parse_int64_support(environ.get(INT64))
+    lazy = parse_lazy_mode(environ.get(LAZY_MODE))
+    return generation.int64 and not lazy and enabled is not False
 
 
 def int64_findings(generation: Generation | None, environ: Mapping[str, str]) -> list[Finding]:

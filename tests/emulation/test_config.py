@@ -41,6 +41,11 @@ def read(**env: str) -> config.EmulatorConfig:
             "indices 0..1",
         ),
         ({"HLS_MODULE_ID": "9"}, "HLS_MODULE_ID='9'", "one of 0,1,2,3,4,5,6,7"),
+        ({"HLS_MODULE_ID": "0,1"}, "HLS_MODULE_ID='0,1'", "one module id"),
+        ({"HABANA_VISIBLE_MODULES": "0,0"}, "HABANA_VISIBLE_MODULES='0,0'", "at most once"),
+        ({"HABANA_VISIBLE_DEVICES": "0,x"}, "HABANA_VISIBLE_DEVICES='0,x'", "device indices"),
+        ({"PT_HPU_LAZY_MODE": "false"}, "PT_HPU_LAZY_MODE='false'", "'0' (eager"),
+        ({"PT_ENABLE_INT64_SUPPORT": "maybe"}, "PT_ENABLE_INT64_SUPPORT='maybe'", "'1'"),
         (
             {"HABANA_VISIBLE_MODULES": "2,3", "LOCAL_RANK": "2"},
             "LOCAL_RANK=2",
@@ -109,8 +114,28 @@ def test_int64_and_fp16_support_follow_mode_and_generation():
     assert read(PT_HPU_LAZY_MODE="0").int64_supported
     assert not read().int64_supported  # lazy mode is the stack's default
     assert not read(PT_HPU_LAZY_MODE="0", PT_ENABLE_INT64_SUPPORT="0").int64_supported
-    assert read(PT_ENABLE_INT64_SUPPORT="1").int64_supported
+    assert read(PT_HPU_LAZY_MODE="0", PT_ENABLE_INT64_SUPPORT="1").int64_supported
+    # int64 on the device is an eager-mode feature: the switch does nothing in lazy mode
+    assert not read(PT_ENABLE_INT64_SUPPORT="1").int64_supported
     gaudi1 = read(HPU_PLUGIN_EMULATE="gaudi", PT_ENABLE_INT64_SUPPORT="1")
     assert not gaudi1.int64_supported
     assert not gaudi1.fp16_supported
     assert read(HPU_PLUGIN_EMULATE="gaudi3").fp16_supported
+
+
+@pytest.mark.parametrize("key", ["gaudi", "gaudi2", "gaudi3"])
+def test_hlsmi_prints_what_the_plugin_parses_back(key, capsys, monkeypatch):
+    """The emulator's hl-smi goes through gaudi/'s formatter, and its product name maps back
+    to the generation the emulator claims to be."""
+    from hpu_plugin.emulation import hlsmi as emulated
+    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin.gaudi.generations import generation_from_name
+
+    monkeypatch.setenv("HPU_PLUGIN_EMULATE", key)
+    monkeypatch.setenv("HPU_PLUGIN_EMULATE_MODULES", "3,2,1,0")
+    assert emulated.main(["-Q", ",".join(hlsmi.DEVICE_FIELDS), "-f", "csv"]) == 0
+    rows = hlsmi.parse_csv(capsys.readouterr().out, hlsmi.DEVICE_FIELDS)
+    assert hlsmi.rows_to_index_module_map(rows) == {0: 3, 1: 2, 2: 1, 3: 0}
+    generation = generation_from_name(rows[0]["name"])
+    assert generation is not None and generation.name == read(HPU_PLUGIN_EMULATE=key).device_name
+    assert hlsmi.parse_mib(rows[0]["memory.total"]) == generation.memory_gib * 1024

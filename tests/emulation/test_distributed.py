@@ -66,16 +66,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(SCRIPT))
-    out = run(
+def _torchrun(run, tmp_path, script: str, env: dict[str, str], check: bool = True):
+    """``script`` under torchrun with two local processes, the emulator on."""
+    path = tmp_path / "job.py"
+    path.write_text(textwrap.dedent(script))
+    return run(
         "",
-        {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1"},
+        {**env, "OMP_NUM_THREADS": "1"},
         args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-              "--master_port", str(_free_port()), str(script)],
+              "--master_port", str(_free_port()), str(path)],
         timeout=300,
+        check=check,
     )
+
+
+def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
+    out = _torchrun(run, tmp_path, SCRIPT, {"HPU_PLUGIN_EMULATE_DEVICES": "2"})
     assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
 
 
@@ -116,31 +122,14 @@ print(f"rank {dist.get_rank()} ok")
 
 
 def test_trainer_under_torchrun_chooses_multi_hpu_and_hccl(run, tmp_path):
-    script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent(TRAINER))
-    out = run(
-        "",
-        {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1"},
-        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-              "--master_port", str(_free_port()), str(script)],
-        timeout=300,
-    )
+    out = _torchrun(run, tmp_path, TRAINER, {"HPU_PLUGIN_EMULATE_DEVICES": "2"})
     assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
 
 
 def test_unsupported_module_group_is_refused_before_any_collective(run, tmp_path):
-    script = tmp_path / "job.py"
-    script.write_text("import torch.distributed as dist\ndist.init_process_group('hccl')\n"
-                      "print('initialized')\n")
-    out = run(
-        "",
-        {"HABANA_VISIBLE_MODULES": "1,2", "OMP_NUM_THREADS": "1"},
-        args=[sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-              "--master_port", str(_free_port()), str(script)],
-        timeout=300,
-        check=False,
-    )
+    job = "import torch.distributed as dist\ndist.init_process_group('hccl')\nprint('initialized')"
+    out = _torchrun(run, tmp_path, job, {"HABANA_VISIBLE_MODULES": "1,2"}, check=False)
     assert out.returncode != 0
     assert "initialized" not in out.stdout
-    assert "this one uses modules 1,2" in out.stderr
+    assert "this job uses modules 1,2" in out.stderr
     assert "HABANA_VISIBLE_MODULES" in out.stderr

@@ -18,7 +18,7 @@ def test_supported_groups(modules):
 def test_unsupported_groups_name_the_modules_and_the_fix(modules):
     with pytest.raises(RuntimeError) as info:
         check_module_group(modules)
-    assert f"this one uses modules {','.join(map(str, modules))}" in str(info.value)
+    assert f"this job uses modules {','.join(map(str, modules))}" in str(info.value)
     assert "HABANA_VISIBLE_MODULES" in str(info.value)
 
 

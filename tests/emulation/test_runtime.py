@@ -213,7 +213,8 @@ def test_visible_modules_and_device_count(run):
               torch.hpu.get_device_properties(1).module_id)
     """, {"HPU_PLUGIN_EMULATE": "gaudi3", "HPU_PLUGIN_EMULATE_MODULES": "5,4,7,6",
           "HPU_PLUGIN_EMULATE_DEVICES": "4", "HABANA_VISIBLE_MODULES": "7,6"})
-    assert out.stdout.split() == ["2", "0", "GAUDI3", "6"]
+    # the process acquired the first visible module, 7; every index describes that device
+    assert out.stdout.split() == ["2", "0", "GAUDI3", "7"]
 
 
 def test_standins_are_findable_and_behave_like_the_real_modules(run):

@@ -46,13 +46,27 @@ Config g_config;
 thread_local c10::DeviceIndex t_current_device = 0;
 std::atomic<uint64_t> g_fallback_calls{0};
 
-void check_index(c10::DeviceIndex index) {
+[[noreturn]] void refuse_index(c10::DeviceIndex index) {
   TORCH_CHECK(
-      index >= 0 && index < g_config.device_count,
-      "Invalid device hpu:", static_cast<int>(index), ": the process sees ",
+      index < 0 || index >= g_config.device_count,
+      // The real stack's text (gaudi-pytorch-bridge HPUGuardImpl / HPUDeviceAllocator): a
+      // process drives the one module it acquired, which is always hpu:0.
+      "habana active device: ", static_cast<int>(index),
+      " != 0 (a Gaudi process uses only the device it acquired, hpu:0; choose which module "
+      "that is with HABANA_VISIBLE_MODULES, HLS_MODULE_ID or torch.hpu.set_device before the "
+      "first HPU tensor, and run one process per device)");
+  TORCH_CHECK(
+      false, "Invalid device hpu:", static_cast<int>(index), ": the process sees ",
       g_config.device_count,
       " Gaudi device(s) (HABANA_VISIBLE_MODULES / HABANA_VISIBLE_DEVICES / "
       "HPU_PLUGIN_EMULATE_DEVICES)");
+}
+
+// Every device index that enters the runtime: only the acquired device, hpu:0, is usable.
+inline void check_index(c10::DeviceIndex index) {
+  if (C10_UNLIKELY(index != 0)) {
+    refuse_index(index);
+  }
 }
 
 c10::DeviceIndex resolve(std::optional<c10::Device> device) {
@@ -210,8 +224,8 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
     }
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
-    if (d.has_index() && d.index() >= 0 && d.index() < g_config.device_count) {
-      t_current_device = d.index();
+    if (d.has_index() && d.index() == 0) {
+      t_current_device = 0;
     }
   }
   c10::Stream getStream(c10::Device d) const override {
@@ -223,8 +237,10 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::Stream exchangeStream(c10::Stream s) const override {
     return c10::Stream(c10::Stream::DEFAULT, s.device());
   }
+  // One device in play, as the real guard reports: torch (the autograd engine's device
+  // threads, for one) then never switches a thread to another index.
   c10::DeviceIndex deviceCount() const noexcept override {
-    return static_cast<c10::DeviceIndex>(g_config.device_count);
+    return g_config.device_count > 0 ? 1 : 0;
   }
   // Work is synchronous: events are always complete.
   void record(void** /*event*/, const c10::Stream& /*stream*/,
