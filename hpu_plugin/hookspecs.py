@@ -28,7 +28,7 @@ exception, so the decision falls to the next implementation.
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,13 +126,20 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
 
 @hookspec(firstresult=True)
 def hpu_quantization_device_map(
-    method: str, bits: int, device_map: DeviceMap | None, device_type: str
+    method: str,
+    bits: int,
+    device_map: DeviceMap | None,
+    device_type: str,
+    options: Mapping[str, Any],
 ) -> DeviceMap | None:
     """Place a quantized model.
 
     Called by the quantizer adapters before weights load, with the quantization
     ``method`` (``"bitsandbytes"``), its ``bits`` (4 or 8) and the user's ``device_map``
-    (``None`` when they passed none). Return the device map to use, or ``None`` for no
+    (``None`` when they passed none). ``options`` are the method's settings that decide
+    whether the device can run it, as plain values: for bitsandbytes 4-bit
+    ``quant_type`` ("nf4", "fp4"), ``quant_storage`` and ``compute_dtype`` (torch dtypes);
+    empty when the host has none to give. Return the device map to use, or ``None`` for no
     opinion. The hosts never replace a ``device_map`` the user passed. May raise
     :class:`Refusal` for a method or bit width the device cannot run, before loading starts.
     """

@@ -663,10 +663,16 @@ class Registry:
         return result
 
     def quantization_device_map(
-        self, method: str, bits: int, device_map: hookspecs.DeviceMap | None, device_type: str
+        self,
+        method: str,
+        bits: int,
+        device_map: hookspecs.DeviceMap | None,
+        device_type: str,
+        options: Mapping[str, Any] | None = None,
     ) -> hookspecs.DeviceMap | None:
         result: hookspecs.DeviceMap | None = self.pm.hook.hpu_quantization_device_map(
-            method=method, bits=bits, device_map=device_map, device_type=device_type
+            method=method, bits=bits, device_map=device_map, device_type=device_type,
+            options=dict(options or {}),
         )
         return result
 

@@ -146,6 +146,25 @@ def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleT
     patches.set(cls, "__init__", __init__)
 
 
+#: BitsAndBytesConfig attribute -> option name of hpu_quantization_device_map.
+BNB_4BIT_OPTIONS = {
+    "bnb_4bit_quant_type": "quant_type",
+    "bnb_4bit_quant_storage": "quant_storage",
+    "bnb_4bit_compute_dtype": "compute_dtype",
+}
+
+
+def bnb_options(config: Any, bits: int) -> dict[str, Any]:
+    """The 4-bit settings that decide whether the device can run the model."""
+    if bits != 4 or config is None:
+        return {}
+    return {
+        option: getattr(config, attribute)
+        for attribute, option in BNB_4BIT_OPTIONS.items()
+        if getattr(config, attribute, None) is not None
+    }
+
+
 def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, bits: int) -> None:
     """R9: bitsandbytes with no ``device_map`` places the model where the hooks say."""
     cls = getattr(module, f"Bnb{bits}BitHfQuantizer", None)
@@ -159,7 +178,10 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
     @functools.wraps(original)
     def update_device_map(self: Any, device_map: Any) -> Any:
         if registry.device_available():
-            chosen = registry.quantization_device_map("bitsandbytes", bits, device_map, DEVICE_TYPE)
+            chosen = registry.quantization_device_map(
+                "bitsandbytes", bits, device_map, DEVICE_TYPE,
+                options=bnb_options(getattr(self, "quantization_config", None), bits),
+            )
             if device_map is None and chosen is not None:
                 say_once(
                     f"bnb-device-map-{bits}", logging.INFO,

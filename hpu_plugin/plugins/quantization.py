@@ -111,12 +111,17 @@ def decide(
 
 @hookimpl
 def hpu_quantization_device_map(
-    method: str, bits: int, device_map: DeviceMap | None, device_type: str
+    method: str,
+    bits: int,
+    device_map: DeviceMap | None,
+    device_type: str,
+    options: Mapping[str, Any],
 ) -> DeviceMap | None:
     if device_type != "hpu" or method != METHOD:
         return None
     import torch
 
     return decide(
-        method, bits, device_map, torch.hpu.get_device_name(), torch.hpu.current_device()
+        method, bits, device_map, torch.hpu.get_device_name(), torch.hpu.current_device(),
+        options,
     )
