@@ -24,7 +24,7 @@ pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(
         not all(importlib.util.find_spec(name) for name in ("bitsandbytes", "peft")),
-        reason="needs bitsandbytes and peft (requirements/quantization.txt)",
+        reason="needs bitsandbytes and peft (requirements/test.txt)",
     ),
 ]
 
