@@ -4,14 +4,31 @@ Host adapters (``hpu_plugin.hosts``) call these hooks at the host libraries' dec
 points, through ``hpu_plugin.registry``; plugins implement them with ``@hookimpl`` and are
 found through the ``hpu_plugin`` entry-point group. Deciding hooks are ``firstresult``:
 the first implementation that returns something other than ``None`` decides, so ``None``
-always means "no opinion, ask the next one". Order follows pluggy: ``tryfirst`` before
-plain before ``trylast``; among equals, the plugin registered last is asked first.
-A ``hookwrapper``/``wrapper=True`` implementation sees and may replace every result.
+always means "no opinion, ask the next one".
+
+Call order, for every hook (see ``docs/writing-a-plugin.md``):
+
+1. wrappers (``wrapper=True``, or old-style ``hookwrapper=True``) are entered first and
+   left last; each sees the decision of everything inside it and may replace it, or see
+   and handle a :class:`Refusal`;
+2. ``tryfirst=True`` implementations;
+3. plain implementations: the first-party plugin first, then third-party plugins in
+   ascending entry-point name;
+4. ``trylast=True`` implementations, asked only when all the others returned ``None``.
+
+So a third party overrides a first-party decision only when it asks to (``tryfirst`` or a
+wrapper), and ``trylast`` makes it a fallback. The registry fixes this order itself
+(third-party plugins are registered before first-party ones, by name); it does not depend
+on the order in which entry points are found.
+
+A return value must have the type the spec's annotation declares (``None`` aside): the
+registry checks it, and a wrong one is a plugin fault, reported and skipped like an
+exception, so the decision falls to the next implementation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +97,9 @@ def hpu_device_properties() -> DeviceProperties | None:
 
 
 @hookspec(firstresult=True)
-def hpu_compile_backend(requested: CompileBackend | None, device_type: str) -> CompileBackend | None:
+def hpu_compile_backend(
+    requested: CompileBackend | None, device_type: str
+) -> CompileBackend | None:
     """Choose the ``torch.compile`` backend for one call.
 
     Called on every ``torch.compile`` call (and every ``@torch.compile`` decoration) while
@@ -107,13 +126,20 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
 
 @hookspec(firstresult=True)
 def hpu_quantization_device_map(
-    method: str, bits: int, device_map: DeviceMap | None, device_type: str
+    method: str,
+    bits: int,
+    device_map: DeviceMap | None,
+    device_type: str,
+    options: Mapping[str, Any],
 ) -> DeviceMap | None:
     """Place a quantized model.
 
     Called by the quantizer adapters before weights load, with the quantization
     ``method`` (``"bitsandbytes"``), its ``bits`` (4 or 8) and the user's ``device_map``
-    (``None`` when they passed none). Return the device map to use, or ``None`` for no
+    (``None`` when they passed none). ``options`` are the method's settings that decide
+    whether the device can run it, as plain values: for bitsandbytes 4-bit
+    ``quant_type`` ("nf4", "fp4"), ``quant_storage`` and ``compute_dtype`` (torch dtypes);
+    empty when the host has none to give. Return the device map to use, or ``None`` for no
     opinion. The hosts never replace a ``device_map`` the user passed. May raise
     :class:`Refusal` for a method or bit width the device cannot run, before loading starts.
     """

@@ -215,15 +215,14 @@ def bitsandbytes_findings(
             Finding("bitsandbytes", "ok", "4-bit NF4 has an HPU kernel in bitsandbytes")
         )
     else:
+        # bitsandbytes 0.50 README lists LLM.int8 as supported on Gaudi2/3 and its test
+        # suite runs Linear8bitLt on hpu; there is no HPU kernel, the generic PyTorch ones
+        # run. ("NF4 only" in vllm#20172 is about vLLM's loader, not bitsandbytes.)
         findings.append(
             Finding(
                 "bitsandbytes",
-                "warning",
-                "8-bit bitsandbytes runs on its generic PyTorch kernels on "
-                "HPU (no HPU kernel; the maintainers support NF4 only)",
-                "prefer BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type='nf4')",
-                "load_in_8bit",
-                "True",
+                "ok",
+                "8-bit (LLM.int8) runs on bitsandbytes' generic PyTorch kernels on HPU",
             )
         )
     return findings

@@ -19,6 +19,7 @@ from typing import Any
 
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import importhook
+from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.patching import Patches, say_once, stay_out
 from hpu_plugin.registry import Registry
 
@@ -147,7 +148,7 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
             if properties is None:
                 return original(args)
             extra = {"HPU type": properties.generation, "HPU count": str(properties.count)}
-        extra.update(_plugin_summary(extra))
+        extra.update(gaudi_section(shown=extra))
 
         def print_with_hpu(*values: Any, **kwargs: Any) -> None:
             text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
@@ -170,17 +171,6 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
 
     env_command.__hpu_plugin__ = True  # type: ignore[attr-defined]
     patches.replace_everywhere(original, env_command)
-
-
-def _plugin_summary(shown: dict[str, str]) -> dict[str, str]:
-    """The plugin's own diagnostic lines (``hpu-plugin info``), minus what is shown."""
-    try:
-        from hpu_plugin.cli import gaudi_summary
-
-        summary = gaudi_summary()
-    except Exception as exc:  # a diagnostic must not fail the host's command
-        return {"hpu-plugin": f"summary failed: {exc!r}"}
-    return {key: value for key, value in summary.items() if key not in shown}
 
 
 def install(registry: Registry, patches: Patches, available: bool) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.hosts import importhook
+from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.patching import Patches, host_version, say_once, stay_out
 from hpu_plugin.registry import Registry
 
@@ -146,6 +147,25 @@ def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleT
     patches.set(cls, "__init__", __init__)
 
 
+#: BitsAndBytesConfig attribute -> option name of hpu_quantization_device_map.
+BNB_4BIT_OPTIONS = {
+    "bnb_4bit_quant_type": "quant_type",
+    "bnb_4bit_quant_storage": "quant_storage",
+    "bnb_4bit_compute_dtype": "compute_dtype",
+}
+
+
+def bnb_options(config: Any, bits: int) -> dict[str, Any]:
+    """The 4-bit settings that decide whether the device can run the model."""
+    if bits != 4 or config is None:
+        return {}
+    return {
+        option: getattr(config, attribute)
+        for attribute, option in BNB_4BIT_OPTIONS.items()
+        if getattr(config, attribute, None) is not None
+    }
+
+
 def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, bits: int) -> None:
     """R9: bitsandbytes with no ``device_map`` places the model where the hooks say."""
     cls = getattr(module, f"Bnb{bits}BitHfQuantizer", None)
@@ -159,7 +179,10 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
     @functools.wraps(original)
     def update_device_map(self: Any, device_map: Any) -> Any:
         if registry.device_available():
-            chosen = registry.quantization_device_map("bitsandbytes", bits, device_map, DEVICE_TYPE)
+            chosen = registry.quantization_device_map(
+                "bitsandbytes", bits, device_map, DEVICE_TYPE,
+                options=bnb_options(getattr(self, "quantization_config", None), bits),
+            )
             if device_map is None and chosen is not None:
                 say_once(
                     f"bnb-device-map-{bits}", logging.INFO,
@@ -171,6 +194,44 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
 
     update_device_map.__hpu_plugin__ = True  # type: ignore[attr-defined]
     patches.set(cls, "update_device_map", update_device_map)
+
+
+#: The report ``transformers env`` prints starts with this key (4.51 to 5.x).
+ENV_REPORT_KEY = "`transformers` version"
+
+
+def _with_gaudi_section(format_dict: Callable[[dict[str, Any]], str]) -> Callable[..., str]:
+    @functools.wraps(format_dict)
+    def format_with_gaudi(d: dict[str, Any]) -> str:
+        if isinstance(d, dict) and ENV_REPORT_KEY in d:
+            d = {**d, **gaudi_section(shown=d)}
+        return format_dict(d)
+
+    format_with_gaudi.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return format_with_gaudi
+
+
+def install_env_cli(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """``transformers env`` (5.x) gains the Gaudi section.
+
+    Typer registered ``env`` itself when the CLI module was imported, so the function cannot
+    be replaced; the module-level formatter it calls at run time can.
+    """
+    original = getattr(module, "_format_dict", None)
+    if original is None:
+        stay_out(HOST, "env", "cli.system._format_dict")
+    elif not getattr(original, "__hpu_plugin__", False):
+        patches.set(module, "_format_dict", _with_gaudi_section(original))
+
+
+def install_env_command(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """``transformers env`` (4.51 to 4.57) gains the Gaudi section."""
+    cls = getattr(module, "EnvironmentCommand", None)
+    original = inspect.getattr_static(cls, "format_dict", None) if cls is not None else None
+    if not isinstance(original, staticmethod):
+        stay_out(HOST, "env", "commands.env.EnvironmentCommand.format_dict")
+    elif not getattr(original.__func__, "__hpu_plugin__", False):
+        patches.set(cls, "format_dict", staticmethod(_with_gaudi_section(original.__func__)))
 
 
 def install(registry: Registry, patches: Patches, available: bool) -> None:
@@ -186,3 +247,5 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
     importhook.when_imported("transformers.pipelines.base", hook(install_pipeline))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_4bit", hook(install_bnb, 4))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_8bit", hook(install_bnb, 8))
+    importhook.when_imported("transformers.cli.system", hook(install_env_cli))
+    importhook.when_imported("transformers.commands.env", hook(install_env_command))

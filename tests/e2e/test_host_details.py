@@ -64,3 +64,26 @@ def test_accelerate_env_lists_gaudi(tmp_path):
     out = run("", env, argv=[accelerate, "env"]).stdout
     assert "- HPU count: 2" in out
     assert "- HPU type: GAUDI" in out
+    assert "- hpu-plugin status: active (emulated Gaudi)" in out
+
+
+def test_transformers_env_has_a_gaudi_section(tmp_path):
+    env = emulated_env(tmp_path, devices=2)
+    transformers_cli = os.path.join(os.path.dirname(sys.executable), "transformers")
+    if not os.path.exists(transformers_cli):  # 4.51 to 4.57 name it transformers-cli
+        transformers_cli += "-cli"
+    out = run("", env, argv=[transformers_cli, "env"]).stdout
+    assert "HPU" in out
+    assert "- Gaudi devices: 2" in out
+    assert "- hpu-plugin status: active (emulated Gaudi)" in out
+    assert "- Gaudi mode: eager" in out
+
+
+def test_transformers_env_without_gaudi_is_unchanged(tmp_path):
+    env = {**emulated_env(tmp_path), "HPU_PLUGIN_EMULATE": "0"}
+    transformers_cli = os.path.join(os.path.dirname(sys.executable), "transformers")
+    if not os.path.exists(transformers_cli):
+        transformers_cli += "-cli"
+    out = run("", env, argv=[transformers_cli, "env"]).stdout
+    assert "hpu-plugin" not in out
+    assert "Gaudi" not in out

@@ -113,8 +113,9 @@ def test_bitsandbytes_refusals(generation, bits, quant_type, match):
         generations.bitsandbytes_findings(generation, bits, quant_type)
 
 
-def test_bitsandbytes_8bit_and_fp16_compute_are_warnings():
-    assert generations.bitsandbytes_findings(GAUDI3, 8)[0].severity == "warning"
+def test_bitsandbytes_8bit_is_supported_and_fp16_compute_is_a_warning():
+    # LLM.int8 is supported on Gaudi2/3 (bitsandbytes README; its tests run it on hpu).
+    assert [f.severity for f in generations.bitsandbytes_findings(GAUDI3, 8)] == ["ok"]
     severities = [
         f.severity for f in generations.bitsandbytes_findings(GAUDI2, 4, "nf4", "float16")
     ]

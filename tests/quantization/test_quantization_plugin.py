@@ -1,0 +1,151 @@
+"""The quantization placement plugin: where a quantized model goes, and what it refuses.
+
+The hook is asked through a real registry loaded from this distribution's entry points,
+as the Transformers adapter asks it. Without Gaudi or the emulator there is no
+``torch.hpu``; the device tests put a minimal one in its place (``device``), giving the
+plugin the answers real Gaudi software gives (``get_device_name()``, ``current_device()``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+import torch
+
+from hpu_plugin import hookspecs
+from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.plugins import quantization
+from hpu_plugin.registry import Registry, Selection
+
+
+@pytest.fixture
+def registry() -> Registry:
+    registry = Registry(Selection(only=frozenset({"quantization"})))
+    registry.load_entry_points()
+    assert registry.records["quantization"].status == "enabled"
+    return registry
+
+
+def device(monkeypatch: pytest.MonkeyPatch, generation: str = "GAUDI2", current: int = 0) -> None:
+    hpu = types.SimpleNamespace(
+        is_available=lambda: True,
+        device_count=lambda: 8,
+        current_device=lambda: current,
+        get_device_name=lambda device=None: generation,
+    )
+    monkeypatch.setattr(torch, "hpu", hpu, raising=False)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("generation", ["GAUDI2", "GAUDI3"])
+def test_no_device_map_places_on_current_hpu(registry, monkeypatch, bits, generation):
+    device(monkeypatch, generation, current=3)
+    assert registry.quantization_device_map("bitsandbytes", bits, None, "hpu") == {"": "hpu:3"}
+
+
+@pytest.mark.parametrize(
+    "device_map", ["auto", "hpu", "hpu:1", "cpu", {"": "hpu:0"}, {"model": 0, "lm_head": "cpu"}]
+)
+def test_user_device_map_is_left_to_the_user(registry, monkeypatch, device_map):
+    device(monkeypatch)
+    assert registry.quantization_device_map("bitsandbytes", 4, device_map, "hpu") is None
+
+
+def test_other_methods_and_devices_get_no_opinion(registry, monkeypatch):
+    device(monkeypatch, "GAUDI")  # would be refused for bitsandbytes on hpu
+    assert registry.quantization_device_map("gptq", 4, None, "hpu") is None
+    assert registry.quantization_device_map("bitsandbytes", 4, None, "cuda") is None
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("device_map", [None, "auto", "hpu", {"": "hpu:0"}, {"a": "cpu", "b": 0}])
+def test_first_generation_gaudi_is_refused_when_loading_onto_it(
+    registry, monkeypatch, bits, device_map
+):
+    device(monkeypatch, "GAUDI")
+    with pytest.raises(Refusal) as refused:
+        registry.quantization_device_map("bitsandbytes", bits, device_map, "hpu")
+    message = str(refused.value)
+    assert f"load_in_{bits}bit=True" in message
+    assert "first-generation Gaudi" in message and "GAUDI2" in message
+    assert isinstance(refused.value, ValueError)
+
+
+@pytest.mark.parametrize("device_map", ["cpu", {"": "cpu"}, {"a": "cpu", "b": "disk"}])
+def test_first_generation_gaudi_may_quantize_on_the_cpu(registry, monkeypatch, device_map):
+    device(monkeypatch, "GAUDI")
+    assert registry.quantization_device_map("bitsandbytes", 4, device_map, "hpu") is None
+
+
+@pytest.mark.parametrize(
+    ("options", "setting", "fix"),
+    [
+        ({"quant_type": "fp4"}, "bnb_4bit_quant_type='fp4'", "bnb_4bit_quant_type='nf4'"),
+        (
+            {"quant_storage": torch.float32},
+            "bnb_4bit_quant_storage='torch.float32'",
+            "torch.bfloat16",
+        ),
+        ({"quant_storage": "int8"}, "bnb_4bit_quant_storage='torch.int8'", "torch.uint8"),
+    ],
+)
+def test_4bit_settings_the_hpu_backend_cannot_run_are_refused(options, setting, fix):
+    with pytest.raises(Refusal) as refused:
+        quantization.decide("bitsandbytes", 4, None, "GAUDI2", 0, options)
+    assert setting in str(refused.value)
+    assert fix in str(refused.value)
+
+
+def test_fp16_compute_is_placed_with_a_warning(caplog, monkeypatch):
+    """bitsandbytes' HPU kernel accepts float16 but its tests never run it on HPU: warn."""
+    monkeypatch.setattr(quantization, "_warned", set())  # each warning is logged once
+    options = {"quant_type": "nf4", "compute_dtype": torch.float16}
+    with caplog.at_level("WARNING", logger="hpu_plugin"):
+        assert quantization.decide("bitsandbytes", 4, None, "GAUDI2", 0, options) == {
+            "": "hpu:0"
+        }
+    assert "bnb_4bit_compute_dtype=torch.bfloat16" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"quant_type": "nf4"},
+        {"quant_type": "nf4", "quant_storage": torch.uint8, "compute_dtype": torch.bfloat16},
+        {"quant_type": "nf4", "quant_storage": "torch.bfloat16", "compute_dtype": "float32"},
+        {"quant_type": None, "quant_storage": None, "compute_dtype": None},
+    ],
+)
+def test_4bit_settings_the_hpu_backend_runs_are_placed(options):
+    assert quantization.decide("bitsandbytes", 4, None, "GAUDI3", 1, options) == {"": "hpu:1"}
+
+
+def test_4bit_options_do_not_apply_to_8bit_or_to_cpu_placement():
+    fp4 = {"quant_type": "fp4", "compute_dtype": torch.float16}
+    assert quantization.decide("bitsandbytes", 8, None, "GAUDI2", 0, fp4) == {"": "hpu:0"}
+    assert quantization.decide("bitsandbytes", 4, "cpu", "GAUDI2", 0, fp4) is None
+
+
+def test_unknown_bit_width_is_refused():
+    with pytest.raises(Refusal, match="bits=3"):
+        quantization.decide("bitsandbytes", 3, None, "GAUDI2", 0)
+
+
+@pytest.mark.skipif(
+    "options" not in inspect.signature(hookspecs.hpu_quantization_device_map).parameters,
+    reason="hook spec hpu_quantization_device_map has no `options` argument yet (see the "
+    "quantization report for the proposed change)",
+)
+def test_registry_hands_the_4bit_options_to_the_plugin(registry, monkeypatch):
+    device(monkeypatch)
+    with pytest.raises(Refusal, match="bnb_4bit_quant_type='fp4'"):
+        registry.quantization_device_map(
+            "bitsandbytes", 4, None, "hpu", options={"quant_type": "fp4"}
+        )
+    nf4 = {"quant_type": "nf4", "quant_storage": torch.uint8, "compute_dtype": torch.float32}
+    assert registry.quantization_device_map("bitsandbytes", 4, None, "hpu", options=nf4) == {
+        "": "hpu:0"
+    }

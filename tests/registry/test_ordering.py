@@ -1,0 +1,237 @@
+"""Who is asked first: first-party plugins win ties; third parties take precedence only
+when they ask for it (tryfirst, wrappers) and are fallbacks with trylast."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.registry import Registry, Selection
+
+GLOO_PLAIN = """
+from hpu_plugin.hookspecs import hookimpl
+
+@hookimpl
+def hpu_ddp_backend(device_type, requested):
+    return "gloo"
+"""
+
+
+def _registry(eps) -> Registry:
+    registry = Registry(Selection())
+    registry.load_entry_points(eps)
+    return registry
+
+
+def test_first_party_wins_a_tie_whatever_the_entry_point_order(site):
+    site.add("plain", GLOO_PLAIN)
+    eps = site.entry_points()
+    for order in (eps, list(reversed(eps))):
+        registry = _registry(order)
+        assert registry.ddp_backend("hpu", None) == "hccl"
+        assert registry.call_order("hpu_ddp_backend") == ["ddp", "plain"]
+
+
+def test_third_party_with_tryfirst_takes_precedence(site):
+    site.add("first", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(tryfirst=True)"))
+    registry = _registry(site.entry_points())
+    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.call_order_detail("hpu_ddp_backend") == [
+        ("first", "tryfirst"), ("ddp", "plain")
+    ]
+
+
+def test_trylast_is_a_fallback_asked_only_when_everyone_else_defers(site):
+    site.add("fallback", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(trylast=True)"))
+    registry = _registry(site.entry_points())
+    assert registry.ddp_backend("hpu", None) == "hccl"  # first-party decides
+    assert registry.ddp_backend("xpu", None) == "gloo"  # first-party defers: fallback
+
+
+def test_third_parties_among_equals_are_asked_in_name_order(site):
+    source = """
+    from hpu_plugin.hookspecs import hookimpl
+
+    @hookimpl
+    def hpu_ddp_backend(device_type, requested):
+        return {answer!r}
+    """
+    site.add("beta", source.format(answer="beta-backend"))
+    site.add("alpha", source.format(answer="alpha-backend"))
+    for order in (site.entry_points(), list(reversed(site.entry_points()))):
+        registry = _registry(order)
+        assert registry.call_order("hpu_ddp_backend") == ["ddp", "alpha", "beta"]
+        assert registry.ddp_backend("other", None) == "alpha-backend"
+
+
+def test_new_style_wrapper_sees_and_replaces_the_result(site):
+    site.add("wrap", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    seen = []
+
+    @hookimpl(wrapper=True)
+    def hpu_ddp_backend(device_type, requested):
+        result = yield
+        seen.append(result)
+        return "gloo" if result == "hccl" else result
+    """)
+    registry = _registry(site.entry_points())
+    assert registry.call_order_detail("hpu_ddp_backend")[0] == ("wrap", "wrapper")
+    assert registry.ddp_backend("hpu", None) == "gloo"
+    module = __import__(site.modules[-1])
+    assert module.seen == ["hccl"]
+
+
+def test_old_style_hookwrapper_can_force_a_result(site):
+    site.add("oldwrap", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    @hookimpl(hookwrapper=True)
+    def hpu_compile_backend(requested, device_type):
+        outcome = yield
+        if outcome.get_result() == "hpu_backend":
+            outcome.force_result("eager")
+    """)
+    registry = _registry(site.entry_points())
+    assert registry.call_order_detail("hpu_compile_backend")[0] == ("oldwrap", "hookwrapper")
+    assert registry.compile_backend(None, "hpu") == "eager"
+    assert registry.compile_backend("eager", "hpu") is None  # first-party keeps it
+
+
+def test_wrapper_sees_a_refusal_from_the_implementations(site):
+    site.add("catcher", """
+    from hpu_plugin.hookspecs import Refusal, hookimpl
+
+    @hookimpl(wrapper=True)
+    def hpu_ddp_backend(device_type, requested):
+        try:
+            return (yield)
+        except Refusal:
+            return "hccl"
+    """)
+    site.add("observer", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    seen = []
+
+    @hookimpl(hookwrapper=True)
+    def hpu_ddp_backend(device_type, requested):
+        outcome = yield
+        seen.append(type(outcome.exception).__name__)
+    """)
+    registry = _registry(site.entry_points())
+    assert registry.ddp_backend("hpu", "nccl") == "hccl"
+    observer = __import__(site.modules[-1])
+    assert observer.seen == ["Refusal"]
+
+
+def test_refusal_without_a_wrapper_reaches_the_caller(site):
+    site.add("refuser", """
+    from hpu_plugin.hookspecs import Refusal, hookimpl
+
+    @hookimpl(tryfirst=True)
+    def hpu_quantization_device_map(method, bits, device_map, device_type):
+        raise Refusal("bits=3 cannot run: use 4 or 8")
+    """)
+    registry = _registry(site.entry_points())
+    with pytest.raises(Refusal, match="bits=3"):
+        registry.quantization_device_map("bitsandbytes", 3, None, "hpu")
+    assert registry.records["refuser"].faults == []
+
+
+@pytest.mark.parametrize("shape", ["class-static", "class-instance-methods", "instance"])
+def test_plugins_may_be_classes_or_instances(site, shape):
+    sources = {
+        "class-static": ("""
+        from hpu_plugin.hookspecs import hookimpl
+
+        class Plugin:
+            @staticmethod
+            @hookimpl(tryfirst=True)
+            def hpu_ddp_backend(device_type, requested):
+                return "gloo"
+        """, "Plugin"),
+        "class-instance-methods": ("""
+        from hpu_plugin.hookspecs import hookimpl
+
+        class Plugin:
+            def __init__(self):
+                self.answer = "gloo"
+
+            @hookimpl(tryfirst=True)
+            def hpu_ddp_backend(self, device_type, requested):
+                return self.answer
+        """, "Plugin"),
+        "instance": ("""
+        from hpu_plugin.hookspecs import hookimpl
+
+        class Plugin:
+            @hookimpl(tryfirst=True)
+            def hpu_ddp_backend(self, requested):
+                return "gloo" if requested is None else None
+
+        plugin = Plugin()
+        """, "plugin"),
+    }
+    source, attr = sources[shape]
+    site.add("shaped", source, attr=attr)
+    registry = _registry(site.entry_points())
+    assert registry.records["shaped"].status == "enabled", registry.records["shaped"].reason
+    assert registry.records["shaped"].hooks == ["hpu_ddp_backend"]
+    assert registry.ddp_backend("hpu", None) == "gloo"
+
+
+def test_a_third_party_reusing_a_first_party_name_is_refused(site):
+    site.add("ddp", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(tryfirst=True)"),
+             dist="impostor")
+    for order in (site.entry_points(), list(reversed(site.entry_points()))):
+        registry = _registry(order)
+        assert registry.records["ddp"].distribution == "hpu-plugin"
+        impostor = registry.records["ddp [impostor]"]
+        assert impostor.status == "failed" and "duplicate" in impostor.reason
+        assert registry.ddp_backend("hpu", None) == "hccl"
+
+
+def test_first_party_is_decided_by_distribution_not_module_name(site):
+    # A third party whose entry point names a module under hpu_plugin. stays a third party.
+    site.add("sneaky", GLOO_PLAIN, dist="not-hpu-plugin", value="hpu_plugin.plugins.ddp")
+    registry = _registry(site.entry_points())
+    assert registry.records["sneaky"].first_party is False
+    assert registry.records["ddp"].first_party is True
+    assert registry.call_order("hpu_ddp_backend") == ["ddp", "sneaky"]
+
+
+def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
+    site.add("bystander", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    events = []
+
+    @hookimpl(wrapper=True)
+    def hpu_ddp_backend(device_type, requested):
+        try:
+            return (yield)
+        finally:
+            events.append("left")
+    """)
+    registry = _registry(site.entry_points())
+    with pytest.raises(Refusal, match="nccl"):
+        registry.ddp_backend("hpu", "nccl")
+    assert __import__(site.modules[-1]).events == ["left"]
+    assert registry.records["bystander"].faults == []
+
+
+def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
+    site.add("renamed", """
+    from hpu_plugin.hookspecs import hookimpl
+
+    @hookimpl(specname="hpu_ddp_backend", tryfirst=True)
+    def choose_backend(device_type, requested):
+        return 42  # checked against hpu_ddp_backend's declared type, so refused
+    """)
+    registry = _registry(site.entry_points())
+    assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
+    assert registry.call_order("hpu_ddp_backend") == ["renamed", "ddp"]
+    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert "does not allow" in registry.records["renamed"].reason

@@ -1,0 +1,107 @@
+"""The switches: parsed, validated, and applied to first- and third-party plugins alike."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hpu_plugin.registry import ConfigurationError, Registry, Selection
+
+PLAIN = """
+from hpu_plugin.hookspecs import hookimpl
+
+@hookimpl(tryfirst=True)
+def hpu_ddp_backend(device_type, requested):
+    return "gloo"
+"""
+
+
+def _load(site, environ) -> Registry:
+    registry = Registry(Selection.from_environ(environ))
+    registry.load_entry_points(site.entry_points())
+    return registry
+
+
+def _status(registry: Registry) -> dict[str, str]:
+    return {name: record.status for name, record in registry.records.items()}
+
+
+def test_defaults_load_everything(site):
+    site.add("extra", PLAIN)
+    registry = _load(site, {})
+    assert set(_status(registry).values()) == {"enabled"}
+    assert registry.ddp_backend("hpu", None) == "gloo"
+
+
+def test_disable_names_plugins_of_either_party(site):
+    site.add("extra", PLAIN)
+    registry = _load(site, {"HPU_PLUGIN_DISABLE": " extra , ddp"})
+    assert _status(registry)["extra"] == "disabled" and _status(registry)["ddp"] == "disabled"
+    assert "HPU_PLUGIN_DISABLE" in registry.records["extra"].reason
+    assert registry.ddp_backend("hpu", None) is None
+    assert _status(registry)["compile"] == "enabled"
+
+
+def test_only_loads_the_listed_plugins(site):
+    site.add("extra", PLAIN)
+    site.add("other", PLAIN)
+    registry = _load(site, {"HPU_PLUGIN_ONLY": "extra,device"})
+    assert {n for n, s in _status(registry).items() if s == "enabled"} == {"extra", "device"}
+    assert registry.records["ddp"].reason == "not in HPU_PLUGIN_ONLY"
+
+
+def test_no_third_party_keeps_first_party_only(site):
+    site.add("extra", PLAIN)
+    registry = _load(site, {"HPU_PLUGIN_NO_THIRD_PARTY": "1"})
+    assert _status(registry)["extra"] == "disabled"
+    assert "HPU_PLUGIN_NO_THIRD_PARTY" in registry.records["extra"].reason
+    assert registry.ddp_backend("hpu", None) == "hccl"
+
+
+def test_package_off_shows_every_plugin_disabled(site):
+    registry = _load(site, {"HPU_PLUGIN_DISABLE": "1"})
+    assert set(_status(registry).values()) == {"disabled"}
+
+
+def test_unknown_name_in_a_switch_is_warned_not_fatal(site, caplog):
+    registry = _load(site, {"HPU_PLUGIN_DISABLE": "compile-polcy"})
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("HPU_PLUGIN_DISABLE" in w and "compile-polcy" in w and "ddp" in w
+               for w in warnings)
+    assert _status(registry)["ddp"] == "enabled"
+
+
+@pytest.mark.parametrize("environ", [
+    {}, {"HPU_PLUGIN_DISABLE": ""}, {"HPU_PLUGIN_DISABLE": "0"},
+    {"HPU_PLUGIN_ONLY": ""}, {"HPU_PLUGIN_NO_THIRD_PARTY": "off"},
+    {"HPU_PLUGIN_IMPORT_BUDGET": ""},
+])
+def test_unset_and_off_values_select_everything(environ):
+    selection = Selection.from_environ(environ)
+    assert selection == Selection()
+
+
+def test_budget_is_read():
+    assert Selection.from_environ({"HPU_PLUGIN_IMPORT_BUDGET": " 0.25 "}).import_budget == 0.25
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("HPU_PLUGIN_DISABLE", "1,extra"),
+    ("HPU_PLUGIN_DISABLE", "a b"),
+    ("HPU_PLUGIN_DISABLE", ",,"),
+    ("HPU_PLUGIN_ONLY", "true"),
+    ("HPU_PLUGIN_ONLY", "x;y"),
+    ("HPU_PLUGIN_NO_THIRD_PARTY", "maybe"),
+    ("HPU_PLUGIN_IMPORT_BUDGET", "two"),
+    ("HPU_PLUGIN_IMPORT_BUDGET", "0"),
+    ("HPU_PLUGIN_IMPORT_BUDGET", "-1"),
+    ("HPU_PLUGIN_IMPORT_BUDGET", "nan"),
+    ("HPU_PLUGIN_IMPORT_BUDGET", "inf"),
+])
+def test_bad_values_name_the_variable_and_the_fix(variable, value):
+    with pytest.raises(ConfigurationError) as caught:
+        Selection.from_environ({variable: value})
+    message = str(caught.value)
+    assert f"{variable}={value!r}" in message
+    assert any(word in message for word in ("set it", "set ", "list ", "unset"))
