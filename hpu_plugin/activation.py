@@ -43,7 +43,11 @@ def add_standins() -> None:
     print on every interpreter start.
     """
     try:
-        if STANDINS not in sys.path and not real_gaudi_installed():
+        if (
+            os.environ.get("HPU_PLUGIN_DISABLE", "").strip().lower() not in _ON
+            and STANDINS not in sys.path
+            and not real_gaudi_installed()
+        ):
             sys.path.append(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
@@ -62,6 +66,21 @@ def autoload() -> None:
     except Exception as exc:  # never break `import torch`
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
+    if STANDINS in sys.path and state.get("emulator") != "started":
+        _withdraw_standins()
+
+
+def _withdraw_standins() -> None:
+    """Without a running emulator its stand-ins must not be found: hosts that find
+    ``habana_frameworks`` import it and take their Gaudi branches."""
+    try:
+        sys.path.remove(STANDINS)
+        importlib.invalidate_caches()
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(STANDINS):
+                del sys.modules[name]
+    except Exception as exc:
+        log.error("hpu_plugin: could not withdraw the emulator's stand-ins: %r", exc)
 
 
 def _activate() -> None:
@@ -96,6 +115,7 @@ def _activate() -> None:
             state.update(status="failed", reason=str(exc))
             log.error("hpu_plugin: %s", exc)
             return
+        state["emulator"] = "started"
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
     from hpu_plugin.hosts import install

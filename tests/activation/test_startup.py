@@ -41,3 +41,47 @@ def test_emulation_makes_habana_frameworks_findable_before_torch_is_imported() -
 
 def test_emulation_switched_off_by_zero() -> None:
     assert _probe(HPU_PLUGIN_EMULATE="0")["found"] is False
+
+
+HOSTS_PROBE = """
+import importlib.util, json, sys
+import torch
+from accelerate.utils import is_hpu_available
+from transformers import TrainingArguments, is_torch_hpu_available
+args = TrainingArguments(output_dir=sys.argv[1], report_to=[])
+print(json.dumps({
+    "found": importlib.util.find_spec("habana_frameworks") is not None,
+    "transformers": is_torch_hpu_available(),
+    "accelerate": is_hpu_available(),
+    "device": args.device.type,
+}))
+"""
+
+
+def _hosts_probe(tmp_path, **env: str) -> dict[str, object]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_PLUGIN_", "PT_"))}
+    environ.update(env)
+    out = subprocess.run(
+        [sys.executable, "-c", HOSTS_PROBE, str(tmp_path)], env=environ, capture_output=True,
+        text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_disabled_plugin_with_emulation_requested_leaves_the_hosts_on_cpu(tmp_path) -> None:
+    # The .pth must not put the stand-ins on the path when the whole plugin is off, or
+    # Transformers and Accelerate would find "habana_frameworks" and take Gaudi branches.
+    result = _hosts_probe(tmp_path, HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_DISABLE="1")
+    assert result == {"found": False, "transformers": False, "accelerate": False, "device": "cpu"}
+
+
+def test_emulator_that_cannot_start_withdraws_its_stand_ins(tmp_path) -> None:
+    # A bad emulator setting stops activation; the program goes on as without Gaudi.
+    result = _hosts_probe(tmp_path, HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_EMULATE_DEVICES="9")
+    assert result == {"found": False, "transformers": False, "accelerate": False, "device": "cpu"}
+
+
+def test_bad_plugin_switch_with_emulation_requested_leaves_the_hosts_on_cpu(tmp_path) -> None:
+    result = _hosts_probe(tmp_path, HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_NO_THIRD_PARTY="maybe")
+    assert result == {"found": False, "transformers": False, "accelerate": False, "device": "cpu"}
