@@ -13,7 +13,6 @@ is requested (importing it is what activates the plugin and, on the emulator, pu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
@@ -55,7 +54,10 @@ def _emulation_requested() -> bool:
 
 
 def _gaudi_software() -> bool:
-    return importlib.util.find_spec("habana_frameworks") is not None
+    """Real Gaudi software (the emulator's stand-ins do not count)."""
+    from hpu_plugin.activation import real_gaudi_installed
+
+    return real_gaudi_installed()
 
 
 def _gaudi_expected() -> bool:

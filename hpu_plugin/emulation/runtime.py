@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import importlib.util
 import os
 import shutil
 import stat
@@ -17,6 +16,7 @@ import time
 from pathlib import Path
 from types import ModuleType
 
+from hpu_plugin.activation import real_gaudi_installed
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
 
@@ -67,20 +67,11 @@ def extension() -> ModuleType:
     return ext
 
 
-def _real_gaudi_installed() -> bool:
-    if str(STANDINS) in sys.path:
-        return False
-    try:
-        return importlib.util.find_spec("habana_frameworks") is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def start() -> None:
     if started():
         return
     cfg = _config.read()
-    if _real_gaudi_installed():
+    if real_gaudi_installed():
         raise EmulationError(
             "HPU_PLUGIN_EMULATE is set but the real Gaudi software (habana_frameworks) is "
             "installed; fix: unset HPU_PLUGIN_EMULATE to use the real stack, or emulate in a "
