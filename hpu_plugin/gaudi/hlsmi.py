@@ -14,12 +14,15 @@ print what this parser reads, and both what the real tool prints.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import shutil
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from hpu_plugin.gaudi.errors import GaudiConfigError
 
 INDEX_MODULE_FIELDS = ("index", "module_id")
 #: What ``hpu-plugin devices`` asks for; the emulator should answer every one of these.
@@ -137,12 +140,21 @@ class HlSmiQuery:
 
 
 def default_timeout() -> float:
-    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT", "")
+    """``HPU_PLUGIN_HLSMI_TIMEOUT`` in seconds; a value we cannot use is an error, since a
+    silently replaced or infinite timeout is how a stuck driver turns into a hang."""
+    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT", "").strip()
+    if not raw:
+        return TIMEOUT
     try:
         value = float(raw)
     except ValueError:
-        return TIMEOUT
-    return value if value > 0 else TIMEOUT
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise GaudiConfigError(
+            "HPU_PLUGIN_HLSMI_TIMEOUT", raw, "a finite number of seconds above 0",
+            f"set it to e.g. {TIMEOUT:g}, or unset it for the default of {TIMEOUT:g} s",
+        )
+    return value
 
 
 def query(
@@ -153,7 +165,8 @@ def query(
     """Run ``hl-smi -Q <fields> -f csv`` with a timeout.
 
     A missing ``hl-smi`` is no error (no Gaudi driver here): ``missing=True``. A timeout, a
-    non-zero exit or unreadable output gives ``rows=None`` with the reason; never raises.
+    non-zero exit or unreadable output gives ``rows=None`` with the reason. Raises only
+    :class:`GaudiConfigError` for a bad ``HPU_PLUGIN_HLSMI_TIMEOUT``.
     """
     timeout = default_timeout() if timeout is None else timeout
     path = shutil.which(executable)

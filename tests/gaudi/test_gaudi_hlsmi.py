@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpu_plugin.gaudi import hlsmi
+from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.hlsmi import HlSmiError
 
 # gaudi-facts.md §3, "Multiple Dockers" page (header, comma-space separators, unsorted rows).
@@ -136,3 +137,18 @@ def test_garbled_output_is_a_reason_not_an_exception(tmp_path):
     answer = hlsmi.query(executable=tool)
     assert answer.rows is None and "row 1" in answer.reason
     assert os.path.exists(tool)
+
+
+@pytest.mark.parametrize("raw", ["abc", "-1", "0", "nan", "inf"])
+def test_bad_timeout_setting_is_an_error_naming_it(monkeypatch, raw):
+    # A silently replaced or infinite timeout is how a stuck driver becomes a hang.
+    monkeypatch.setenv("HPU_PLUGIN_HLSMI_TIMEOUT", raw)
+    with pytest.raises(GaudiConfigError, match=r"HPU_PLUGIN_HLSMI_TIMEOUT.*Fix: set it to"):
+        hlsmi.query()
+
+
+def test_timeout_setting_is_read(monkeypatch):
+    monkeypatch.setenv("HPU_PLUGIN_HLSMI_TIMEOUT", "2.5")
+    assert hlsmi.default_timeout() == 2.5
+    monkeypatch.delenv("HPU_PLUGIN_HLSMI_TIMEOUT")
+    assert hlsmi.default_timeout() == hlsmi.TIMEOUT
