@@ -51,8 +51,6 @@ def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def emulator() -> None:
     info = run("info", "--json", env=emulated())
-    if "not built yet" in info.stdout + info.stderr:
-        pytest.skip("the Gaudi emulator is not in this tree yet")
     assert json.loads(info.stdout)["available"], info.stdout + info.stderr
 
 

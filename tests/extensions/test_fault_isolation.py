@@ -9,9 +9,8 @@ import json
 import pytest
 
 from .conftest import clean_environ, run_python, write_plugin
-from .emulator import needs_emulator
 
-pytestmark = [pytest.mark.e2e, needs_emulator]
+pytestmark = pytest.mark.e2e
 
 TINY_TRAINER = """
 import json, sys

@@ -8,15 +8,12 @@ skipped while either is still the skeleton's placeholder.
 from __future__ import annotations
 
 import os
-import pkgutil
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-import hpu_plugin.hosts
 
 pytestmark = pytest.mark.e2e
 TIMEOUT = 600
@@ -104,14 +101,10 @@ def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> None:
-    if not [m for m in pkgutil.iter_modules(hpu_plugin.hosts.__path__)]:
-        pytest.skip("the host adapters are not in this tree yet")
     tmp = tmp_path_factory.mktemp("probe")
     probe = _run(
         [sys.executable, "-c", "import torch; print('ready', torch.hpu.is_available())"], _env(tmp)
     )
-    if "not built yet" in probe.stderr:
-        pytest.skip("the Gaudi emulator is not in this tree yet")
     assert "ready True" in probe.stdout, probe.stderr[-3000:]
 
 

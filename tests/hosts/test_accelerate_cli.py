@@ -11,11 +11,11 @@ from hpu_plugin.hookspecs import DeviceProperties
 
 
 @pytest.fixture
-def launch_args():
+def launch_args(monkeypatch, tmp_path):
     from accelerate.commands import launch
 
-    if os.path.isfile(launch.default_config_file):
-        pytest.skip(f"a default accelerate config exists at {launch.default_config_file}")
+    # A user's default accelerate config would decide the process count instead of us.
+    monkeypatch.setattr(launch, "default_config_file", str(tmp_path / "no-default-config.yaml"))
 
     def parse(*argv: str):
         return launch.launch_command_parser().parse_args([*argv, "train.py"])

@@ -9,8 +9,6 @@ is downloaded.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import inspect
 import os
 import subprocess
 import sys
@@ -18,15 +16,7 @@ import textwrap
 
 import pytest
 
-from hpu_plugin import hookspecs
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not all(importlib.util.find_spec(name) for name in ("bitsandbytes", "peft")),
-        reason="needs bitsandbytes and peft (requirements/test.txt)",
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 TIMEOUT = 600
 
@@ -71,21 +61,11 @@ ADAPTER = "hpu_plugin.hosts.transformers_adapter"
 
 
 @functools.cache
-def emulator_missing() -> str | None:
-    """Why there is no emulated Gaudi to run on, or ``None``; a failed start is a failure."""
-    if importlib.util.find_spec("hpu_plugin.emulation.runtime") is None:
-        return "needs the Gaudi emulator (branch emu, hpu_plugin.emulation.runtime): not merged"
+def emulator_started() -> None:
+    """A failed start fails every test here, once, with the emulator's own message."""
     probe = run("import torch\nprint(torch.hpu.is_available())", "1")
     if probe.returncode != 0 or probe.stdout.strip().splitlines()[-1:] != ["True"]:
         pytest.fail(f"the Gaudi emulator did not start: {(probe.stderr or probe.stdout)[-2000:]}")
-    return None
-
-
-def adapter_missing() -> str | None:
-    """Refusals reach the user through the Transformers adapter's update_device_map."""
-    if importlib.util.find_spec(ADAPTER) is None:
-        return f"needs the Transformers host adapter (branch hosts, {ADAPTER}): not merged"
-    return None
 
 
 def run(script: str, emulate: str = "1") -> subprocess.CompletedProcess[str]:
@@ -100,13 +80,11 @@ def run(script: str, emulate: str = "1") -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_ok(script: str, emulate: str = "1", adapter: bool = False) -> dict[str, object]:
+def run_ok(script: str, emulate: str = "1") -> dict[str, object]:
     """Run ``PRELUDE + script``; its last stdout line is a JSON report."""
     import json
 
-    reason = emulator_missing() or (adapter_missing() if adapter else None)
-    if reason:
-        pytest.skip(reason)
+    emulator_started()
     result = run(PRELUDE + textwrap.dedent(script), emulate)
     if result.returncode < 0:
         pytest.fail(
@@ -307,7 +285,7 @@ def refused(settings: dict[str, object], emulate: str) -> dict[str, object]:
         else:
             print(json.dumps({"refused": None}))
     """
-    return run_ok(script.replace("SETTINGS", repr(settings)), emulate, adapter=True)
+    return run_ok(script.replace("SETTINGS", repr(settings)), emulate)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -319,11 +297,6 @@ def test_first_generation_gaudi_is_refused_before_loading(bits):
     assert f"load_in_{bits}bit=True" in message and "first-generation Gaudi" in message
 
 
-@pytest.mark.skipif(
-    "options" not in inspect.signature(hookspecs.hpu_quantization_device_map).parameters,
-    reason="hook spec hpu_quantization_device_map has no `options` argument yet, so the "
-    "Transformers adapter cannot pass bnb_4bit_quant_type (see the quantization report)",
-)
 def test_fp4_is_refused_before_loading_with_the_fix():
     report = refused({"load_in_4bit": True, "bnb_4bit_quant_type": "fp4"}, emulate="1")
     message = report["refused"]

@@ -14,16 +14,15 @@ import subprocess
 import sys
 import textwrap
 
+import bitsandbytes.functional as bnb_functional
 import pytest
 import torch
+from bitsandbytes.backends.default import ops as bnb_default
+from bitsandbytes.backends.utils import _get_4bit_code
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hpu_plugin.emulation import habana_ops
-
-bnb_functional = pytest.importorskip("bitsandbytes.functional")
-from bitsandbytes.backends.default import ops as bnb_default  # noqa: E402
-from bitsandbytes.backends.utils import _get_4bit_code  # noqa: E402
 
 BLOCKSIZES = (32, 64, 128, 256)
 

@@ -8,13 +8,11 @@ plugin the answers real Gaudi software gives (``get_device_name()``, ``current_d
 
 from __future__ import annotations
 
-import inspect
 import types
 
 import pytest
 import torch
 
-from hpu_plugin import hookspecs
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.plugins import quantization
 from hpu_plugin.registry import Registry, Selection
@@ -134,11 +132,6 @@ def test_unknown_bit_width_is_refused():
         quantization.decide("bitsandbytes", 3, None, "GAUDI2", 0)
 
 
-@pytest.mark.skipif(
-    "options" not in inspect.signature(hookspecs.hpu_quantization_device_map).parameters,
-    reason="hook spec hpu_quantization_device_map has no `options` argument yet (see the "
-    "quantization report for the proposed change)",
-)
 def test_registry_hands_the_4bit_options_to_the_plugin(registry, monkeypatch):
     device(monkeypatch)
     with pytest.raises(Refusal, match="bnb_4bit_quant_type='fp4'"):
