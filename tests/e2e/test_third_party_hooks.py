@@ -26,7 +26,10 @@ if is_torch_hpu_available():
     dist.destroy_process_group()
     from transformers.quantizers.quantizer_bnb_8bit import Bnb8BitHfQuantizer
     print("bnb=", object.__new__(Bnb8BitHfQuantizer).update_device_map(None))
-    print("pipeline=", pipeline("text-generation", model=MODEL).device)
+    try:
+        print("pipeline=", pipeline("text-generation", model=MODEL).device)
+    except RuntimeError as exc:  # a process drives one device only, index 0, as on Gaudi
+        print("pipeline=", "refused:", str(exc).splitlines()[0])
 """
 
 
@@ -43,7 +46,9 @@ def test_every_hook_of_a_third_party_plugin_is_obeyed(tmp_path, tiny_model, over
     assert out["compile_backend"] == "eager"  # not hpu_backend: the plugin chose
     assert out["ddp_backend"] == "gloo"  # not hccl
     assert out["bnb"] == "{'': 'cpu'}"  # not hpu:<current>
-    assert out["pipeline"] == "hpu:1"  # the plugin's current device, not index 0
+    # The pipeline goes to the plugin's current device, index 1, not to index 0; the
+    # emulator then refuses it as Gaudi does (one device per process).
+    assert out["pipeline"] == "hpu:1" or "active device: 1 != 0" in out["pipeline"], out
     assert "'eager'" in result.stderr  # the switch to the plugin's backend is reported
 
 

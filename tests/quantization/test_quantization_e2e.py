@@ -57,7 +57,6 @@ PRELUDE = textwrap.dedent(
 )
 
 
-ADAPTER = "hpu_plugin.hosts.transformers_adapter"
 
 
 @functools.cache
