@@ -18,7 +18,7 @@ pinned bitsandbytes 0.50.2:
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from typing import Any
 
 from hpu_plugin.gaudi.errors import GaudiConfigError
@@ -91,6 +91,25 @@ def check(bits: int, device_name: str, options: Mapping[str, Any] | None = None)
             log.warning("hpu_plugin: %s; %s", finding.message, finding.fix)
 
 
+def place(method: str, device_map: DeviceMap | None, current: int) -> DeviceMap | None:
+    """Where a quantized model with no ``device_map`` goes: the current HPU."""
+    if method != METHOD or device_map is not None:
+        return None  # another method, or the user's device_map, which is theirs
+    return {"": f"hpu:{current}"}
+
+
+def refuse_what_hpu_cannot_run(
+    method: str,
+    bits: int,
+    placed: DeviceMap | None,
+    device_name: str,
+    options: Mapping[str, Any] | None = None,
+) -> None:
+    """Raise a Refusal when the final placement puts on an HPU what cannot run there."""
+    if method == METHOD and places_on_hpu(placed):
+        check(bits, device_name, options)
+
+
 def decide(
     method: str,
     bits: int,
@@ -99,29 +118,42 @@ def decide(
     current: int,
     options: Mapping[str, Any] | None = None,
 ) -> DeviceMap | None:
-    """The hook's decision with the device facts passed in: refuse, place, or no opinion."""
-    if method != METHOD:
-        return None
-    if places_on_hpu(device_map):
-        check(bits, device_name, options)
-    if device_map is not None:
-        return None  # the user's device_map is theirs
-    return {"": f"hpu:{current}"}
+    """What the hooks below decide when no other plugin answers, with the device facts
+    passed in: refuse, place, or no opinion."""
+    placed = place(method, device_map, current)
+    refuse_what_hpu_cannot_run(
+        method, bits, device_map if placed is None else placed, device_name, options
+    )
+    return placed
 
 
 @hookimpl
 def hpu_quantization_device_map(
-    method: str,
-    bits: int,
-    device_map: DeviceMap | None,
-    device_type: str,
-    options: Mapping[str, Any],
+    method: str, device_map: DeviceMap | None, device_type: str
 ) -> DeviceMap | None:
     if device_type != "hpu" or method != METHOD:
         return None
     import torch
 
-    return decide(
-        method, bits, device_map, torch.hpu.get_device_name(), torch.hpu.current_device(),
-        options,
-    )
+    return place(method, device_map, torch.hpu.current_device())
+
+
+@hookimpl(wrapper=True, specname="hpu_quantization_device_map")
+def refuse_unrunnable_placement(
+    method: str,
+    bits: int,
+    device_map: DeviceMap | None,
+    device_type: str,
+    options: Mapping[str, Any],
+) -> Generator[None, DeviceMap | None, DeviceMap | None]:
+    """Checks the final answer, whichever plugin gave it: a third party's placement
+    (``tryfirst``) must not bypass what Gaudi cannot run."""
+    placed = yield
+    if device_type == "hpu":
+        import torch
+
+        refuse_what_hpu_cannot_run(
+            method, bits, device_map if placed is None else placed,
+            torch.hpu.get_device_name(), options,
+        )
+    return placed

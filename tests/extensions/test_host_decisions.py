@@ -27,7 +27,7 @@ import torch
 from transformers import BitsAndBytesConfig
 from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
 
-quantizer = Bnb4BitHfQuantizer(BitsAndBytesConfig(load_in_4bit=True))
+quantizer = Bnb4BitHfQuantizer(BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
 print(json.dumps(quantizer.update_device_map(None)))
 """
 

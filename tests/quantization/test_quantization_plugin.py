@@ -13,9 +13,9 @@ import types
 import pytest
 import torch
 
-from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.hookspecs import Refusal, hookimpl
 from hpu_plugin.plugins import quantization
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import PluginRecord, Registry, Selection
 
 
 @pytest.fixture
@@ -142,3 +142,40 @@ def test_registry_hands_the_4bit_options_to_the_plugin(registry, monkeypatch):
     assert registry.quantization_device_map("bitsandbytes", 4, None, "hpu", options=nf4) == {
         "": "hpu:0"
     }
+
+
+class _EagerPlacement:
+    """A third party that places every quantized model on the HPU, first."""
+
+    @hookimpl(tryfirst=True)
+    def hpu_quantization_device_map(self, device_map):
+        return {"": "hpu:0"} if device_map is None else None
+
+
+class _CpuPlacement:
+    @hookimpl(tryfirst=True)
+    def hpu_quantization_device_map(self, device_map):
+        return {"": "cpu"} if device_map is None else None
+
+
+def _with_third_party(registry: Registry, plugin: object, name: str) -> Registry:
+    registry.register(plugin, PluginRecord(name, f"tests:{name}", "tests", "0", first_party=False))
+    return registry
+
+
+def test_a_third_party_placement_first_does_not_bypass_the_refusals(registry, monkeypatch):
+    # The refusal checks the final answer, whoever gave it (a wrapper, not a plain impl).
+    device(monkeypatch, "GAUDI")
+    _with_third_party(registry, _EagerPlacement(), "eager-placement")
+    with pytest.raises(Refusal, match="first-generation Gaudi"):
+        registry.quantization_device_map("bitsandbytes", 4, None, "hpu", options={})
+    device(monkeypatch, "GAUDI2")
+    with pytest.raises(Refusal, match="bnb_4bit_quant_type='fp4'"):
+        registry.quantization_device_map("bitsandbytes", 4, None, "hpu", {"quant_type": "fp4"})
+
+
+def test_a_third_party_placement_off_the_hpu_is_not_refused(registry, monkeypatch):
+    device(monkeypatch, "GAUDI")
+    _with_third_party(registry, _CpuPlacement(), "cpu-placement")
+    placed = registry.quantization_device_map("bitsandbytes", 4, None, "hpu", {"quant_type": "fp4"})
+    assert placed == {"": "cpu"}
