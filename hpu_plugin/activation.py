@@ -105,7 +105,19 @@ def _activate() -> None:
     from hpu_plugin.registry import get_registry
 
     registry = get_registry()
+    # The Gaudi software's own torch.backends entry point may have run before this one
+    # (PyTorch does not order entry points); its runtime then read the environment first.
+    initialised_first = real and "habana_frameworks.torch" in sys.modules
+    unset = {name for name in ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE")
+             if name not in environ}
     registry.prepare_environment(environ)
+    late = sorted(name for name in unset if name in environ)
+    if initialised_first and late:
+        log.warning(
+            "hpu_plugin: the Gaudi software initialised before hpu_plugin could set %s; the "
+            "defaults may not apply to this process. Fix: export %s before starting Python.",
+            ", ".join(late), " ".join(f"{name}={environ[name]}" for name in late),
+        )
     if emulate:
         from hpu_plugin.emulation import EmulationError, start
 

@@ -85,3 +85,21 @@ def test_emulator_that_cannot_start_withdraws_its_stand_ins(tmp_path) -> None:
 def test_bad_plugin_switch_with_emulation_requested_leaves_the_hosts_on_cpu(tmp_path) -> None:
     result = _hosts_probe(tmp_path, HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_NO_THIRD_PARTY="maybe")
     assert result == {"found": False, "transformers": False, "accelerate": False, "device": "cpu"}
+
+
+def test_gaudi_software_initialised_before_the_plugin_is_reported(tmp_path) -> None:
+    # PyTorch does not order torch.backends entry points: the Gaudi software's own one may
+    # run first and read the environment before our defaults exist. Say so, with the fix.
+    package = tmp_path / "habana_frameworks"
+    (package / "torch").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "torch" / "__init__.py").write_text("")  # a stand-in that needs no device
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_PLUGIN_", "PT_"))}
+    environ["PYTHONPATH"] = str(tmp_path)
+    script = "import habana_frameworks.torch\nimport torch\nprint('imported')"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
+    assert "initialised before hpu_plugin could set" in out.stderr
+    assert "export PT_ENABLE_INT64_SUPPORT=1 PT_HPU_LAZY_MODE=0" in out.stderr
