@@ -38,7 +38,7 @@ def save_tiny_checkpoint() -> str:
     tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
     PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
-        pad_token="</s>",
+        pad_token="</s>", model_input_names=["input_ids", "attention_mask"],
     ).save_pretrained(path)
     config = LlamaConfig(
         hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
