@@ -738,9 +738,3 @@ def get_registry() -> Registry:
                 _registry = registry
     return _registry
 
-
-def reset_registry() -> None:
-    """Forget the process's registry (tests, and ``hpu-plugin`` after changing switches)."""
-    global _registry
-    with _registry_lock:
-        _registry = None

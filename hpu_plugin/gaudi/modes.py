@@ -3,7 +3,7 @@
 Eager (``PT_HPU_LAZY_MODE=0``) runs ops as they come and is the only mode with
 ``torch.compile``: the Gaudi support matrix lists ``hpu_backend`` and ``eager`` as
 supported in eager mode and nothing in lazy mode. Lazy mode accumulates a graph until
-``mark_step`` and keeps int64 off (int64 on device is an eager, Gaudi2+ feature).
+``mark_step`` and keeps int64 off (``generations.int64_on_device`` has that rule).
 """
 
 from __future__ import annotations
@@ -20,14 +20,10 @@ class Mode:
     name: str  # "lazy" | "eager"
     compile: bool  # torch.compile works
     compile_backends: tuple[str, ...]  # backends Gaudi supports in this mode
-    int64: bool  # int64 can stay int64 on the device (Gaudi2+ also required)
-    mark_step: bool  # htcore.mark_step does something (a no-op with a warning in eager)
 
 
-LAZY = Mode("lazy", compile=False, compile_backends=(), int64=False, mark_step=True)
-EAGER = Mode(
-    "eager", compile=True, compile_backends=("hpu_backend", "eager"), int64=True, mark_step=False
-)
+LAZY = Mode("lazy", compile=False, compile_backends=())
+EAGER = Mode("eager", compile=True, compile_backends=("hpu_backend", "eager"))
 
 
 class CompileModeError(GaudiConfigError):
