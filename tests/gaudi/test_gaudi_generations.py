@@ -147,7 +147,9 @@ def test_compile_needs_eager_mode():
             modes.check_compile(environ)
         assert "PT_HPU_LAZY_MODE" in str(info.value) and "set PT_HPU_LAZY_MODE=0" in str(info.value)
     assert modes.mode({"PT_HPU_LAZY_MODE": "0"}).compile_backends == ("hpu_backend", "eager")
-    assert not modes.mode({}).int64
+    # lazy mode keeps int64 off even where the generation has it and the switch is on
+    lazy = {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"}
+    assert not generations.int64_on_device(generations.GAUDI2, lazy)
 
 
 def test_defaults_never_override_the_user():
