@@ -50,7 +50,9 @@ def test_examples_take_part_where_they_ask_to(installed_examples):
     order = {hook: [name for name in names if name in ours]
              for hook, names in _listing()["call_order"].items()}
     assert order["hpu_compile_backend"] == ["compile-policy", "compile"]  # a wrapper
-    assert order["hpu_quantization_device_map"] == ["rank-placement", "quantization"]  # tryfirst
+    # our refusal wrapper around everything, the example's tryfirst placement, ours
+    assert order["hpu_quantization_device_map"] == ["quantization", "rank-placement",
+                                                    "quantization"]
     assert order["hpu_ddp_backend"] == ["ddp"]
 
 
