@@ -20,7 +20,7 @@ from typing import Any
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.hosts.patching import Patches, cached_like, say_once, stay_out
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
@@ -42,10 +42,7 @@ def make_is_hpu_available(registry: Registry, original: Callable[..., Any]) -> C
                 import habana_frameworks.torch.distributed.hccl  # noqa: F401
         return True
 
-    is_hpu_available.__doc__ = original.__doc__
-    cached = functools.lru_cache(is_hpu_available)
-    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return cached
+    return cached_like(original, is_hpu_available)
 
 
 def install_availability(registry: Registry, patches: Patches, module: types.ModuleType) -> bool:

@@ -8,6 +8,7 @@ the original object (an identity scan over ``sys.modules``).
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -42,6 +43,21 @@ def stay_out(host: str, adapter: str, missing: str) -> None:
         "hpu_plugin: %s %s has no %s; the %s adapter stays out (supported: see the "
         "hpu-plugin README).", host, host_version(host), missing, adapter,
     )
+
+
+def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -> Any:
+    """``replacement`` dressed as the host function it replaces: ``lru_cache`` (hosts and
+    tests call ``cache_clear``), the docstring, Transformers 5's dynamo constant marker,
+    and our own marker so it is never wrapped twice."""
+    inner = getattr(original, "__wrapped__", original)
+    if getattr(inner, "_dynamo_marked_constant", False) or getattr(
+        original, "_dynamo_marked_constant", False
+    ):
+        replacement._dynamo_marked_constant = True  # type: ignore[attr-defined]
+    replacement.__doc__ = original.__doc__
+    cached = functools.lru_cache(replacement)
+    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return cached
 
 
 class Patches:

@@ -19,7 +19,7 @@ from typing import Any
 
 from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import Patches, host_version, say_once, stay_out
+from hpu_plugin.hosts.patching import Patches, cached_like, host_version, say_once, stay_out
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
@@ -70,15 +70,7 @@ def make_is_torch_hpu_available(
     def is_torch_hpu_available() -> bool:
         return registry.device_available() and accelerate_allows_hpu(_installed_accelerate())
 
-    inner = getattr(original, "__wrapped__", original)
-    if getattr(inner, "_dynamo_marked_constant", False) or getattr(
-        original, "_dynamo_marked_constant", False
-    ):
-        is_torch_hpu_available._dynamo_marked_constant = True  # type: ignore[attr-defined]
-    is_torch_hpu_available.__doc__ = original.__doc__
-    cached = functools.lru_cache(is_torch_hpu_available)
-    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return cached
+    return cached_like(original, is_torch_hpu_available)
 
 
 def install_availability(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
