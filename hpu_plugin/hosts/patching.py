@@ -81,6 +81,10 @@ class Patches:
 
         self._undo.append(undo)
 
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        """Run ``undo`` with the others, for changes that are not attributes (kernels)."""
+        self._undo.append(undo)
+
     def replace_everywhere(
         self, original: Any, replacement: object, alias_scope: str | None = None
     ) -> list[str]:
