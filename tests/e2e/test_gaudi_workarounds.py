@@ -41,13 +41,18 @@ i = torch.tensor([[0, 1], [2, 3], [1, 1]])
 hx, hi = x.to("hpu"), i.to("hpu")
 print("gather_before=" + outcome(lambda: torch.gather(hx, 1, hi)))
 
+import transformers
 from transformers.utils import import_utils  # the plugin replaced it on import
+print("transformers=" + transformers.__version__)
 print("available=" + str(import_utils.is_torch_hpu_available()))
 print("gather_cpu=" + outcome(lambda: torch.gather(x, 1, i)))
 print("gather_hpu=" + outcome(lambda: torch.gather(hx, 1, hi)))
 print("method_hpu=" + outcome(lambda: hx.gather(1, hi)))
 print("take_hpu=" + outcome(lambda: torch.take_along_dim(hx, hi, 1)))
-print("gather_dtype=" + str(torch.gather(hx, 1, hi).dtype))
+try:
+    print("gather_dtype=" + str(torch.gather(hx, 1, hi).dtype))
+except RuntimeError:
+    print("gather_dtype=none")
 print("gather_float=" + outcome(lambda: torch.gather(hx.float(), 1, hi)))
 
 # scatter whose src is the input: the workaround gives the kernel a copy
@@ -90,6 +95,8 @@ def python_frames(fn):
     sys.setprofile(watch)
     try:
         fn()
+    except RuntimeError:  # the modelled fault, where Transformers has no workaround
+        pass
     finally:
         sys.setprofile(None)
     return len(frames)
@@ -120,6 +127,25 @@ def report(tmp_path_factory) -> dict[str, str]:
     return run(SCRIPT, emulated_env(tmp)).lines()
 
 
+def _release(report: dict[str, str]) -> tuple[int, int]:
+    major, minor = report["transformers"].split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_what_transformers_does_is_what_the_plugin_does(report):
+    """Transformers 4.51 and 4.52 work around none of these on Gaudi2/3; neither does the
+    plugin there (the fault stays, as it would on Gaudi with Transformers alone)."""
+    release = _release(report)
+    assert report["available"] == "True"
+    if release < (4, 53):
+        assert report["gather_hpu"] == "synStatus26"
+        assert report["scatter_clone_hpu"] == "False"
+        assert report["jitter_nan_hpu"] == "False"
+    elif release < (4, 54):
+        assert report["gather_hpu"] == report["gather_cpu"]
+        assert report["scatter_clone_hpu"] == "False"
+
+
 def test_int64_gather_fails_on_gaudi_without_the_workaround(report):
     # the emulator models the compile failure the Transformers workaround avoids
     assert report["gather_before"] == "synStatus26"
@@ -127,7 +153,8 @@ def test_int64_gather_fails_on_gaudi_without_the_workaround(report):
 
 
 def test_int64_gather_and_take_along_dim_run_as_int32_on_hpu(report):
-    assert report["available"] == "True"
+    if _release(report) < (4, 53):
+        pytest.skip(f"Transformers {report['transformers']} has no gather workaround")
     expected = report["gather_cpu"]
     assert expected == "[[0, 7], [42, 49], [63, 63]]"
     assert report["gather_hpu"] == report["method_hpu"] == report["take_hpu"] == expected
@@ -136,6 +163,8 @@ def test_int64_gather_and_take_along_dim_run_as_int32_on_hpu(report):
 
 
 def test_scatter_clones_a_self_aliasing_src_on_hpu_only(report):
+    if _release(report) < (4, 54):
+        pytest.skip(f"Transformers {report['transformers']} has no scatter workaround")
     assert report["scatter_hpu"] == report["scatter_cpu"]
     assert report["scatter_hpu"].startswith("[[3.0, 2.0, 1.0, 0.0]")
     assert report["scatter_reduce_hpu"].startswith("[[3.0, 3.0, 3.0, 3.0]")
@@ -145,6 +174,8 @@ def test_scatter_clones_a_self_aliasing_src_on_hpu_only(report):
 
 
 def test_cholesky_retries_with_jitter_when_the_result_has_nan_on_hpu(report):
+    if _release(report) < (4, 54):
+        pytest.skip(f"Transformers {report['transformers']} has no cholesky workaround")
     assert report["cholesky_hpu"] == report["cholesky_cpu"]
     assert report["jitter_pd_hpu"] == "False"  # a good factor is returned as it is
     assert report["jitter_nan_hpu"] == "True"
@@ -154,7 +185,8 @@ def test_cholesky_retries_with_jitter_when_the_result_has_nan_on_hpu(report):
 def test_cpu_ops_are_torchs_own(report):
     assert report["builtins"] == "True"
     assert report["frames_cpu"] == "0"
-    # the same check sees the Python kernels on hpu: it can fail
+    # the same check sees the Python kernels on hpu (the emulator's fault model, and the
+    # workaround over it where Transformers has one): it can fail
     assert int(report["frames_hpu"]) > 0
-    # undone: only the emulator's own fault model is left on the hpu gather
-    assert int(report["frames_hpu"]) > int(report["frames_hpu_undone"])
+    if _release(report) >= (4, 53):
+        assert int(report["frames_hpu"]) > int(report["frames_hpu_undone"])
