@@ -225,6 +225,18 @@ def _print_info(info: dict[str, Any]) -> None:
 # -- devices -----------------------------------------------------------------------------------
 
 
+def _query_hlsmi(fields: Sequence[str]) -> Any:
+    """``hlsmi.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
+    report, not a traceback; doctor also lists it as a finding with its fix)."""
+    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin.gaudi.errors import GaudiConfigError
+
+    try:
+        return hlsmi.query(fields)
+    except GaudiConfigError as exc:
+        return hlsmi.HlSmiQuery(None, reason=str(exc))
+
+
 def collect_devices() -> dict[str, Any]:
     from hpu_plugin.gaudi import hlsmi, selection, visibility
     from hpu_plugin.gaudi.errors import GaudiConfigError
@@ -232,9 +244,9 @@ def collect_devices() -> dict[str, Any]:
 
     _activate()
     result: dict[str, Any] = {"devices": [], "source": None, "message": "", "group": None}
-    answer = hlsmi.query(hlsmi.DEVICE_FIELDS)
+    answer = _query_hlsmi(hlsmi.DEVICE_FIELDS)
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = hlsmi.query(hlsmi.INDEX_MODULE_FIELDS)
+        answer = _query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
     rows: list[dict[str, str]] = answer.rows or []
     if answer.rows is not None:
         result["source"] = "hl-smi"
@@ -337,7 +349,7 @@ def _cell(value: object) -> str:
 
 
 def collect_plugins() -> dict[str, Any]:
-    from hpu_plugin.registry import get_registry
+    from hpu_plugin.registry import disable_value, get_registry
 
     try:
         registry = get_registry()
@@ -353,6 +365,7 @@ def collect_plugins() -> dict[str, Any]:
             "status": r.status,
             "reason": r.reason,
             "hooks": list(r.hooks),
+            "disable_with": disable_value(r),
         }
         for r in registry.records.values()
     ]
@@ -411,6 +424,7 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
         ("HABANA_VISIBLE_MODULES", lambda: visibility.visible_modules(environ)),
         ("HABANA_VISIBLE_DEVICES", lambda: visibility.visible_devices(environ)),
         ("HLS_MODULE_ID", lambda: visibility.parse_module_id(environ.get("HLS_MODULE_ID"))),
+        ("HPU_PLUGIN_HLSMI_TIMEOUT", hlsmi.default_timeout),
         ("PT_HPU_LAZY_MODE", lambda: environment.parse_lazy_mode(environ.get("PT_HPU_LAZY_MODE"))),
         (
             "PT_ENABLE_INT64_SUPPORT",
@@ -430,9 +444,9 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
 
     index_map: dict[int, int] | None = None
     names: list[str] = []
-    answer = hlsmi.query(("index", "module_id", "name"))
+    answer = _query_hlsmi(("index", "module_id", "name"))
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = hlsmi.query(hlsmi.INDEX_MODULE_FIELDS)
+        answer = _query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
     if not answer.missing or _gaudi_expected():
         if answer.rows is None:
             add(
@@ -596,15 +610,15 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
     if plugins["error"]:
         add(Finding("plugins", "error", plugins["error"]))
     for plugin in plugins["plugins"]:
-        if plugin["status"] == "failed":
+        if plugin["status"] in ("failed", "faulted"):
             add(
                 Finding(
                     "plugins",
                     "warning",
                     f"plugin {plugin['name']!r} ({plugin['distribution']}) "
-                    f"failed: {plugin['reason']}",
+                    f"{plugin['status']}: {plugin['reason']}",
                     f"fix or uninstall {plugin['distribution']}, "
-                    f"or HPU_PLUGIN_DISABLE={plugin['name']}",
+                    f"or HPU_PLUGIN_DISABLE={plugin['disable_with']}",
                 )
             )
     errors = sum(f.severity == "error" for f in findings)
