@@ -27,6 +27,7 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
 from hpu_plugin import hookspecs
+from hpu_plugin.gaudi.modes import EAGER
 
 
 class Reporter(Protocol):
@@ -137,12 +138,15 @@ def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
 
 
 def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | None:
-    """A backend named by a string must be one dynamo knows, or torch.compile fails later
-    in dynamo without naming the plugin that chose it."""
+    """A backend named by a string must be one Gaudi supports (a fact of
+    ``hpu_plugin.gaudi``, registered by the Gaudi software when dynamo loads) or one dynamo
+    knows now; otherwise torch.compile fails later in dynamo without naming the plugin."""
     if not isinstance(value, str):
         return None
     if not value:
         return "it named an empty compile backend"
+    if value in EAGER.compile_backends:
+        return None
     registry = sys.modules.get("torch._dynamo.backends.registry")
     if registry is None:
         try:

@@ -40,6 +40,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 import types
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from importlib import metadata
@@ -161,10 +162,11 @@ class Registry:
     def _load(self, ep: metadata.EntryPoint, record: PluginRecord) -> object | None:
         """Import one plugin within the import budget; ``None`` (reported) when it failed."""
         budget = self.selection.import_budget
+        start = time.perf_counter()
         try:
             plugin, record.import_seconds = load_plugin(ep, budget)
         except ImportBudgetExceeded:
-            record.import_seconds = budget
+            record.import_seconds = time.perf_counter() - start
             record.status = "failed"
             record.reason = (f"import did not finish within the {budget:g} s budget "
                              f"({ENV_IMPORT_BUDGET}) and was cut off")
@@ -174,6 +176,7 @@ class Registry:
         except BaseException as exc:  # a broken plugin must not break the program
             if isinstance(exc, KeyboardInterrupt):
                 raise
+            record.import_seconds = time.perf_counter() - start
             record.status, record.reason = "failed", f"import failed: {exc!r}"
             self._report(record, "import", f"failed to import: {exc!r}; skipped", exc)
             return None

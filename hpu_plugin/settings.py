@@ -112,12 +112,12 @@ def seconds(variable: str, raw: str | None, default: float,
                 f"(e.g. {default:g} or 0.5)")
     if len(text) > MAX_DIGITS or not _DECIMAL.fullmatch(text):
         raise SettingError(variable, raw, accepted,
-                           f"set {variable} to e.g. {default:g}, or unset it for the default "
+                           f"set it to e.g. {default:g}, or unset it for the default "
                            f"of {default:g} s")
     value = float(text)
     if not 0 < value <= maximum:
         raise SettingError(variable, raw, accepted,
-                           f"set {variable} to e.g. {default:g}, or unset it for the default "
+                           f"set it to e.g. {default:g}, or unset it for the default "
                            f"of {default:g} s")
     return value
 
