@@ -222,6 +222,8 @@ class Registry:
         if key in self._reported:
             return
         self._reported.add(key)
+        if ENV_DISABLE + "=" not in message:  # every report says how to turn it off
+            message += f" (turn it off with {ENV_DISABLE}={disable_value(record)})"
         log.warning(
             "hpu_plugin: plugin %r (%s %s) %s", record.name, record.distribution,
             record.version, message,
