@@ -160,3 +160,7 @@ def report(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
     assert lines, f"no report; rc={done.returncode}\n{done.stdout}\n{done.stderr}"
     return json.loads(lines[-1][len("REPORT "):])
+
+
+# In-process cases write real plugin distributions with tests/registry's fixture.
+from registry.conftest import _eager_mode, site  # noqa: E402, F401
