@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from extensions.conftest import NEUTRAL_CWD, pip_installed
 
 #: The gate every generated plugin starts with.
