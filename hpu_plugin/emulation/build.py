@@ -159,6 +159,8 @@ def load(*, verbose: bool = False) -> ModuleType:
             problem = cache.check(directory, _library(directory).name)
             if problem is None:
                 return _import_checked(directory)
+        sys.stderr.write(f"hpu_plugin: the cached Gaudi emulator {directory} is damaged "
+                         f"({problem}); it is not loaded, but rebuilt.\n")
     return _build(directory, verbose=verbose)
 
 
@@ -187,9 +189,6 @@ def _build(directory: Path, *, verbose: bool, force: bool = False) -> ModuleType
         problem = cache.check(directory, _library(directory).name)
         if problem is None and not force:  # another process built it while we waited
             return _import_checked(directory)
-        if directory.exists():
-            sys.stderr.write(f"hpu_plugin: the cached Gaudi emulator {directory} is damaged "
-                             f"({problem}); rebuilding it.\n" if problem else "")
         staging = cache.staging_dir(directory)
         module = _compile(staging, verbose=verbose)
         cache.publish(staging, directory, _library(staging).name)
