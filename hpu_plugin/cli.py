@@ -260,6 +260,8 @@ def collect_devices() -> dict[str, Any]:
             if not _gaudi_expected()
             else f"No Gaudi device found ({answer.reason})."
         )
+    elif answer.rows is None and answer.reason:
+        result["message"] = f"hl-smi gave no answer ({answer.reason})."
     try:
         visible = visibility.visible_modules(os.environ)
         visible_error = ""
