@@ -64,7 +64,7 @@ def _fake_hlsmi(tmp_path: Path, body: bytes) -> str:
 def test_output_that_is_not_utf8_is_unknown_not_a_crash(tmp_path, output):
     tool = _fake_hlsmi(tmp_path, output + b"\n")
     answer = hlsmi.query(executable=tool, timeout=30)
-    assert answer.rows is None and answer.reason or "\ufffd" in str(answer.rows)
+    assert (answer.rows is None and answer.reason) or "\ufffd" in str(answer.rows)
     assert hlsmi.index_module_map(executable=tool, timeout=30) is None
 
 
