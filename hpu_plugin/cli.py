@@ -42,8 +42,7 @@ def _print_info(info: dict[str, Any]) -> None:
         for name, plugin in plugins.items():
             print(f"  {name:<16} {plugin['status']:<9} {plugin['distribution']}")
         print("\nHooks (call order, first asked first):")
-        for hook, order in info["hooks"].items():
-            print(f"  {hook:<28} {', '.join(order) or '(none)'}")
+        _print_call_order(info["hook_kinds"])
     if info["decisions"]:
         print("\nDecisions now:")
         for hook, decision in info["decisions"].items():
@@ -88,8 +87,21 @@ def _print_plugins(result: dict[str, Any]) -> None:
         if p["hooks"]:
             print(f"  hooks: {', '.join(p['hooks'])}")
     print("\nCall order (first asked first):")
-    for hook, order in result["call_order"].items():
-        print(f"  {hook:<28} {', '.join(order) or '(none)'}")
+    _print_call_order(result["hook_kinds"])
+
+
+def _print_call_order(kinds: dict[str, list[tuple[str, str]]]) -> None:
+    """One line a hook; a plugin that wraps its own implementation is named once, with both
+    kinds (``quantization (wrapper, plain)``), not twice."""
+    for hook, detail in kinds.items():
+        order: dict[str, list[str]] = {}
+        for name, kind in detail:
+            order.setdefault(name, []).append(kind)
+        text = ", ".join(
+            name if roles == ["plain"] else f"{name} ({', '.join(roles)})"
+            for name, roles in order.items()
+        )
+        print(f"  {hook:<28} {text or '(none)'}")
 
 
 _MARK = {"error": "ERROR", "warning": "WARN", "info": "info", "ok": "ok"}
@@ -151,4 +163,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         show(result)
     if args.command == "doctor":
         return 0 if result["ok"] else 1
+    if args.command == "info" and result["activation"].get("status") == "failed":
+        return 1  # the reason is on the Activation line
     return 0

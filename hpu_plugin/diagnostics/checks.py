@@ -45,6 +45,18 @@ class Doctor:
     names: list[str] = field(default_factory=list)
     generation: Generation | None = None
 
+    @property
+    def present(self) -> bool:
+        """A device is there: hl-smi lists one, or torch.hpu has one ready."""
+        return bool(self.index_map) or probe.device_available()
+
+    @property
+    def failed(self) -> str:
+        """Why activation failed ("" when it did not)."""
+        if self.activation.get("status") != "failed":
+            return ""
+        return self.activation.get("reason", "") or "failed"
+
 
 def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
@@ -110,14 +122,7 @@ def check_hlsmi(doctor: Doctor) -> list[Finding]:
     if answer.missing and not probe.gaudi_expected():
         return []
     if answer.rows is None:
-        return [
-            Finding(
-                "hl-smi",
-                "warning",
-                f"cannot map device indices to module ids: {answer.reason}",
-                "install the Gaudi driver tools (hl-smi) or put them on PATH",
-            )
-        ]
+        return [_hlsmi_unanswered(doctor, answer.reason)]
     try:
         doctor.index_map = hlsmi.rows_to_index_module_map(answer.rows)
     except hlsmi.HlSmiError as exc:
@@ -125,6 +130,21 @@ def check_hlsmi(doctor: Doctor) -> list[Finding]:
     doctor.names = [row["name"] for row in answer.rows if row.get("name")]
     modules = ",".join(map(str, sorted(doctor.index_map.values()))) or "none"
     return [Finding("hl-smi", "ok", f"{len(doctor.index_map)} device(s), module ids {modules}")]
+
+
+def _hlsmi_unanswered(doctor: Doctor, reason: str) -> Finding:
+    message = f"cannot map device indices to module ids: {reason}"
+    if not (probe.emulation_requested() and not probe.gaudi_software()):
+        return Finding("hl-smi", "warning", message, "install the Gaudi driver tools (hl-smi)")
+    if doctor.failed:  # the emulator puts its hl-smi on PATH when it starts; it did not
+        return Finding("hl-smi", "info", f"{message} (the emulator did not start, see above)")
+    return Finding(
+        "hl-smi",
+        "warning",
+        message,
+        "the emulator's hl-smi is `python -m hpu_plugin.emulation.hlsmi`; it is put on PATH "
+        "(under ~/.cache/hpu_plugin) when the emulator starts: check that folder is writable",
+    )
 
 
 def check_generation(doctor: Doctor) -> list[Finding]:
@@ -311,12 +331,29 @@ RULES: tuple[Callable[[Doctor], list[Finding]], ...] = (
 )
 
 
+#: Rules about the device itself: they cannot be "ok" for a device that is absent, and
+#: after a failed activation their verdicts would repeat or contradict its reason.
+DEVICE_CHECKS = frozenset({"generation", "devices", "mode", "int64", "dtype"})
+
+
+def _credible(doctor: Doctor, finding: Finding) -> bool:
+    """Never ok for an absent device; after a failed activation, its error says it once."""
+    if finding.check in DEVICE_CHECKS:
+        if finding.severity == "ok" and not doctor.present:
+            return False
+        if doctor.failed and finding.severity != "error":
+            return False
+    if doctor.failed and finding.check != "activation" and finding.severity == "error":
+        return finding.message not in doctor.failed and doctor.failed not in finding.message
+    return True
+
+
 def collect_doctor(job: Job) -> dict[str, Any]:
     """Run every rule; ``ok`` is false when any finding is an error."""
     activation = probe.import_torch()
     # after activation: the environment then holds the plugin's defaults
     doctor = Doctor(probe.environ_with_defaults(), job, activation)
-    findings = [finding for rule in RULES for finding in rule(doctor)]
+    findings = [f for rule in RULES for f in rule(doctor) if _credible(doctor, f)]
     errors = sum(f.severity == "error" for f in findings)
     return {
         "ok": errors == 0,

@@ -74,6 +74,7 @@ def collect_info() -> dict[str, Any]:
     except Exception as exc:  # a bad switch value: report it
         info["plugins"] = {"error": str(exc)}
         info["hooks"] = {}
+        info["hook_kinds"] = {}
         info["decisions"] = {}
         return info
     info["plugins"] = {
@@ -81,6 +82,7 @@ def collect_info() -> dict[str, Any]:
         for name, r in registry.records.items()
     }
     info["hooks"] = {hook: registry.call_order(hook) for hook in probe.HOOKS}
+    info["hook_kinds"] = {hook: registry.call_order_detail(hook) for hook in probe.HOOKS}
     info["decisions"] = {}
     if probe.gaudi_expected():
         info["available"], info["decisions"] = _decisions(registry)

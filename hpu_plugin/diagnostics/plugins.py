@@ -13,7 +13,7 @@ def collect_plugins() -> dict[str, Any]:
     try:
         registry = get_registry()
     except Exception as exc:
-        return {"error": str(exc), "plugins": [], "call_order": {}}
+        return {"error": str(exc), "plugins": [], "call_order": {}, "hook_kinds": {}}
     plugins = [
         {
             "name": r.name,
@@ -31,4 +31,5 @@ def collect_plugins() -> dict[str, Any]:
         "error": "",
         "plugins": plugins,
         "call_order": {hook: registry.call_order(hook) for hook in HOOKS},
+        "hook_kinds": {hook: registry.call_order_detail(hook) for hook in HOOKS},
     }

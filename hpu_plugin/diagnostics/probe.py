@@ -7,10 +7,12 @@ torch is imported only when Gaudi software is installed or emulation is requeste
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -63,11 +65,34 @@ def import_torch() -> dict[str, str]:
     from hpu_plugin import activation
 
     if gaudi_expected() and "torch" not in sys.modules:
-        try:
-            import torch  # noqa: F401  runs hpu_plugin.activation.autoload
-        except Exception as exc:  # report, do not crash the diagnostic
-            return {"status": "failed", "reason": f"import torch failed: {exc!r}"}
+        with _reported_once(lambda: activation.state.get("reason", "")):
+            try:
+                import torch  # noqa: F401  runs hpu_plugin.activation.autoload
+            except Exception as exc:  # report, do not crash the diagnostic
+                return {"status": "failed", "reason": f"import torch failed: {exc!r}"}
     return dict(activation.state)
+
+
+@contextlib.contextmanager
+def _reported_once(reason: Callable[[], str]) -> Iterator[None]:
+    """Hold back the plugin's log lines while torch is imported, then pass on those that
+    the report will not show anyway: activation's failure reason is printed by the
+    command, and printing it twice (stderr and stdout) reads as two problems."""
+    logger = logging.getLogger("hpu_plugin")
+    held: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = held.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        shown = reason()
+        for record in held:
+            if not shown or shown not in record.getMessage():
+                logger.handle(record)
 
 
 def hpu_module() -> Any:
@@ -104,6 +129,9 @@ def environ_with_defaults() -> dict[str, str]:
 
 
 def mode_text(environ: Mapping[str, str]) -> str:
+    """Lazy or eager, and who chose it; "none" without Gaudi (no default was applied)."""
+    if not gaudi_expected():
+        return "none (no Gaudi software, no emulation requested)"
     from hpu_plugin.gaudi.environment import APPLIED, LAZY_MODE
     from hpu_plugin.gaudi.errors import GaudiConfigError
     from hpu_plugin.gaudi.modes import mode
