@@ -21,15 +21,13 @@ if rank == 1 and {when!r} == "before init":
 dist.init_process_group()
 if rank == 1 and {when!r} == "after init":
     os._exit(3)
-if rank == 1 and {when!r} == "raises":
-    raise RuntimeError("rank 1 fails in the user's code")
 dist.all_reduce(torch.ones(1, device="hpu"))
 dist.barrier()
 print("rank", rank, "done", flush=True)
 """
 
 
-@pytest.mark.parametrize("when", ["before init", "after init", "raises"])
+@pytest.mark.parametrize("when", ["before init", "after init"])
 def test_a_dying_rank_ends_the_job_with_its_rank_named(tmp_path, when):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(SCRIPT.format(when=when)))
@@ -42,5 +40,4 @@ def test_a_dying_rank_ends_the_job_with_its_rank_named(tmp_path, when):
     assert done.returncode != 0
     output = done.stdout + done.stderr
     assert "rank 1 done" not in output
-    assert "local_rank: 1" in output and ("exitcode  : 3" in output or "exitcode  : 1" in output), \
-        output[-3000:]
+    assert "local_rank: 1" in output and "exitcode  : 3" in output, output[-3000:]
