@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
@@ -32,9 +31,6 @@ HOOKS = (
     "hpu_ddp_backend",
     "hpu_quantization_device_map",
 )
-#: Versions with HPU code in the hosts (host-map.md §0): Transformers turns HPU off below
-#: Accelerate 1.5.0 (SPEC R3).
-MINIMUM = {"transformers": (4, 51), "accelerate": (1, 5)}
 
 
 # -- what is here ----------------------------------------------------------------------------
@@ -193,6 +189,9 @@ def collect_info() -> dict[str, Any]:
                 lambda: registry.quantization_device_map("bitsandbytes", 4, None, "hpu")
             )
     info["decisions"] = decisions
+    from hpu_plugin.hosts import support
+
+    info["support"] = support.report()  # tested, untested, out of range; adapters left out
     return info
 
 
@@ -220,6 +219,10 @@ def _print_info(info: dict[str, Any]) -> None:
         print("\nDecisions now:")
         for hook, decision in info["decisions"].items():
             print(f"  {hook}: {decision}")
+    if "support" in info:
+        from hpu_plugin.hosts.support import report_lines
+
+        print("", *report_lines(info["support"]), sep="\n")
 
 
 # -- devices -----------------------------------------------------------------------------------
@@ -381,10 +384,6 @@ def _print_plugins(result: dict[str, Any]) -> None:
 
 
 # -- doctor ------------------------------------------------------------------------------------
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
@@ -580,17 +579,9 @@ def collect_doctor(args: argparse.Namespace) -> dict[str, Any]:
                 )
             )
 
-    for host, minimum in MINIMUM.items():
-        found = _version(host)
-        if found is not None and _version_tuple(found) < minimum:
-            add(
-                Finding(
-                    host,
-                    "warning",
-                    f"{host} {found} has no HPU support (needs >= {'.'.join(map(str, minimum))})",
-                    f"pip install '{host}>={'.'.join(map(str, minimum))}'",
-                )
-            )
+    from hpu_plugin.hosts import support
+
+    findings.extend(support.findings(support.report()))  # tested, untested, out of range
 
     plugins = collect_plugins()
     if plugins["error"]:
