@@ -22,7 +22,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hpu_plugin.gaudi.errors import Finding
+    from hpu_plugin.gaudi.findings import Finding
 
 HOSTS = ("torch", "transformers", "accelerate")
 
@@ -305,7 +305,7 @@ SEVERITY = {
 def findings(result: dict[str, Any]) -> list[Finding]:
     """``report()`` as ``hpu-plugin doctor`` findings: out of range and adapters left out
     are warnings (the job may run, without what the adapter would have routed)."""
-    from hpu_plugin.gaudi.errors import Finding
+    from hpu_plugin.gaudi.findings import Finding
 
     found = []
     for host, standing in result["hosts"].items():
