@@ -47,6 +47,10 @@ def _print_info(info: dict[str, Any]) -> None:
         print("\nDecisions now:")
         for hook, decision in info["decisions"].items():
             print(f"  {hook}: {decision}")
+    if "support" in info:
+        from hpu_plugin.hosts.support import report_lines
+
+        print("", *report_lines(info["support"]), sep="\n")
 
 
 def _print_devices(result: dict[str, Any]) -> None:
