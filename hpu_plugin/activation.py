@@ -13,6 +13,8 @@ import logging
 import os
 import sys
 
+from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+
 log = logging.getLogger("hpu_plugin")
 
 _OFF = {"", "0", "false", "no", "off"}
@@ -20,19 +22,6 @@ _ON = {"1", "true", "yes", "on"}
 
 #: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
 state: dict[str, str] = {"status": "off", "reason": "not run"}
-
-
-#: The emulator's stand-ins for ``habana_frameworks``; never mistaken for the real package.
-STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulation", "standins")
-
-
-def real_gaudi_installed() -> bool:
-    """Is the real ``habana_frameworks`` importable (the emulator's stand-ins do not count)?"""
-    spec = importlib.util.find_spec("habana_frameworks")
-    if spec is None:
-        return False
-    locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
-    return not all(os.path.abspath(path).startswith(STANDINS) for path in locations)
 
 
 def add_standins() -> None:

@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-from hpu_plugin.activation import real_gaudi_installed
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
+from hpu_plugin.gaudi.software import STANDINS as _STANDINS
+from hpu_plugin.gaudi.software import real_gaudi_installed
 
-STANDINS = Path(__file__).parent / "standins"
+STANDINS = Path(_STANDINS)
 
 _state: dict[str, object] = {}
 
