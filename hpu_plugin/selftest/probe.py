@@ -40,6 +40,7 @@ def collect() -> dict[str, Any]:
     except Exception as exc:
         return {"torch_error": f"{type(exc).__name__}: {exc}"}
     from hpu_plugin import activation
+    from hpu_plugin.gaudi.software import real_gaudi_installed
     from hpu_plugin.registry import get_registry
 
     hpu = getattr(torch, "hpu", None)
@@ -57,7 +58,7 @@ def collect() -> dict[str, Any]:
         plugins = [{"error": str(exc)}]
     return {
         "activation": dict(activation.state),
-        "real_gaudi": activation.real_gaudi_installed(),
+        "real_gaudi": real_gaudi_installed(),
         "hpu_available": available,
         "plugins": plugins,
         "hl_smi": _hlsmi(),
