@@ -3,8 +3,10 @@ the CPU from the same inputs, agree within the tolerances stated here.
 
 The measure is the relative L2 error ``|hpu - cpu| / |cpu|``. Gaudi's kernels are not the
 CPU's (other accumulation orders, approximated transcendental functions), so the bounds
-leave room for last-bit differences: float32 elementwise 1e-4, float32 matmul-like (MME,
-long reductions) 1e-3, bfloat16 (8 bits of mantissa, 2**-8 = 3.9e-3 per rounding) 2e-2.
+leave room for last-bit differences: float32 elementwise 1e-4; float32 matmul-like (MME,
+long reductions) 5e-3, which admits a matrix engine that multiplies float32 with a
+TF32-class 10-bit mantissa (2**-11 = 4.9e-4 per product) but not a wrong result; bfloat16
+(8 bits of mantissa, 2**-8 = 3.9e-3 per rounding, compounded through a model) 3e-2.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from hpu_plugin.selftest import tiny
 from hpu_plugin.selftest.harness import acquire, require, run
 
-FP32_ELEMENTWISE, FP32_MATMUL, BF16 = 1e-4, 1e-3, 2e-2
+FP32_ELEMENTWISE, FP32_MATMUL, BF16 = 1e-4, 5e-3, 3e-2
 
 
 def _cases(torch: Any) -> list[tuple[str, float, Callable[..., Any], list[Any]]]:
