@@ -221,6 +221,8 @@ def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> i
     if local_rank and re.fullmatch(r"\d+", local_rank):
         rank = int(local_rank)
         if environ.get(visibility.MODULES, "").strip():
+            if len(visible_modules) == 1:
+                return visible_modules[0]  # one module per worker (Ray, Kubernetes)
             if rank >= len(visible_modules):
                 raise EmulationError(
                     f"LOCAL_RANK={rank} has no entry in HABANA_VISIBLE_MODULES={accepted}; "

@@ -115,7 +115,8 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
     """``init_process_group`` whose missing backend comes from ``registry.ddp_backend``.
 
     A backend the caller named is kept, but still shown to the hooks first so that one
-    that cannot work on Gaudi is refused before any process waits on a collective.
+    that cannot work on Gaudi is refused before any process waits on a collective. An
+    ``hccl`` group is then checked across ranks (:mod:`hpu_plugin.hosts.preflight`).
     """
 
     @functools.wraps(original)
@@ -127,7 +128,12 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
                 args = (chosen, *args[1:])
             else:
                 kwargs["backend"] = chosen
-        return original(*args, **kwargs)
+        result = original(*args, **kwargs)
+        if (chosen or requested) == "hccl":
+            from hpu_plugin.hosts.preflight import check_process_group
+
+            check_process_group(registry)  # before the caller can run a collective
+        return result
 
     init_process_group.__hpu_plugin__ = True  # type: ignore[attr-defined]
     return init_process_group
