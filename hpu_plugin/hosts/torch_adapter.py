@@ -128,12 +128,11 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
                 args = (chosen, *args[1:])
             else:
                 kwargs["backend"] = chosen
-        result = original(*args, **kwargs)
         if (chosen or requested) == "hccl":
-            from hpu_plugin.hosts.preflight import check_process_group
+            from hpu_plugin.hosts.preflight import init_with_preflight
 
-            check_process_group(registry)  # before the caller can run a collective
-        return result
+            return init_with_preflight(registry, original, args, kwargs)
+        return original(*args, **kwargs)
 
     init_process_group.__hpu_plugin__ = True  # type: ignore[attr-defined]
     return init_process_group
