@@ -124,6 +124,16 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
     """
 
 
+@hookspec
+def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """What this process sees that every rank of a job must see alike (strings by name).
+
+    Called when an ``hccl`` process group starts; the host publishes the merged facts of all
+    plugins through the group's store and stops the job if a rank differs
+    (:mod:`hpu_plugin.gaudi.preflight`). Return ``None`` for nothing to add.
+    """
+
+
 @hookspec(firstresult=True)
 def hpu_quantization_device_map(
     method: str,
