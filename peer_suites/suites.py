@@ -1,0 +1,87 @@
+"""Which host tests run, where, and with which device switches.
+
+Each suite names the distribution whose sdist supplies the tests, the test paths of the CI
+subset and of the full run, and the environment of each device. ``cpu`` is the hosts' own
+CPU run (the emulator off); ``hpu`` is the emulated Gaudi with two devices (the hosts'
+multi-device tests need two) and the hosts' own device switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# Accelerate's core files (issue 9): the device, big-model, modeling, multi-device,
+# utilities, data loader, checkpointing, gradient sync, optimizer and kwargs handlers.
+_ACCELERATE_CORE = [
+    "tests/test_accelerator.py",
+    "tests/test_big_modeling.py",
+    "tests/test_modeling_utils.py",
+    "tests/test_multidevice.py",
+    "tests/test_utils.py",
+    "tests/test_data_loader.py",
+    "tests/test_state_checkpointing.py",
+    "tests/test_grad_sync.py",
+    "tests/test_optimizer.py",
+    "tests/test_kwargs_handlers.py",
+]
+_ACCELERATE_MORE = [
+    "tests/test_hooks.py",
+    "tests/test_memory_utils.py",
+    "tests/test_offload.py",
+    "tests/test_scheduler.py",
+    "tests/test_metrics.py",
+]
+
+# PEFT: the tests that run on a non-CPU device without weights from the Hub (the machine
+# running the suites has no Hub access, and the project downloads no weights at run time):
+# the custom-model matrix restricted to LoRA (`-k` below), and bitsandbytes' QLoRA-style
+# tests built from small configs. See docs/peer-suites.md for the choice.
+_PEFT_CI = ["tests/test_custom_models.py"]
+
+_TRANSFORMERS = HERE / "transformers_testers"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One host's suite: its sdist, test selections and device switches."""
+
+    name: str
+    distribution: str
+    ci: list[str]
+    full: list[str]
+    # Extra pytest arguments of each subset (e.g. a -k selection).
+    ci_args: list[str] = field(default_factory=list)
+    full_args: list[str] = field(default_factory=list)
+    # Environment of the hpu run beyond the emulator's switches.
+    hpu_env: dict[str, str] = field(default_factory=dict)
+    # The tests live in this repository and import the sdist (Transformers' mixins).
+    own_tests: bool = False
+
+
+SUITES: dict[str, Suite] = {
+    "accelerate": Suite(
+        name="accelerate",
+        distribution="accelerate",
+        ci=_ACCELERATE_CORE,
+        full=_ACCELERATE_CORE + _ACCELERATE_MORE,
+    ),
+    "peft": Suite(
+        name="peft",
+        distribution="peft",
+        ci=_PEFT_CI,
+        full=_PEFT_CI,
+        ci_args=["-k", "lora and not dora and not qalora and not vblora and not lora_ga"],
+        full_args=["-k", "lora"],
+    ),
+    "transformers": Suite(
+        name="transformers",
+        distribution="transformers",
+        ci=[str(_TRANSFORMERS)],
+        full=[str(_TRANSFORMERS)],
+        hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
+        own_tests=True,
+    ),
+}
