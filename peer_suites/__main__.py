@@ -66,6 +66,8 @@ def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float) -
         "no:cacheprovider",
         "-q",
         "-rN",
+        "-o",
+        "addopts=",  # the hosts' own (coverage, doctest globs) are for their CI
         "--timeout=600",
         *args,
         *paths,
@@ -116,15 +118,28 @@ def _markdown(summaries: list[Summary], subset: str, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(names: list[str], subset: str, timeout: float, markdown: Path | None) -> int:
-    """Run the suites; print the summary; 0 when every difference is an expected one."""
+def _saved(suite: Suite, device: str, subset: str) -> dict:
+    """The outcomes of the last run (for ``compare``, after editing expectations.json)."""
+    path = cache_root() / "runs" / f"{suite.name}-{subset}-{device}.json"
+    if not path.exists():
+        raise PeerSetupError(f"no saved {device} run of {suite.name} ({subset}): run it first")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def run(
+    names: list[str], subset: str, timeout: float, markdown: Path | None, rerun: bool = True
+) -> int:
+    """Run the suites (or reuse the last runs); print the summary; 0 when all is expected."""
     started = time.monotonic()
     summaries = []
     for name in names:
         suite = SUITES[name]
-        source = source_tree(suite.distribution, pinned_version(suite.distribution))
-        cpu = _run(suite, "cpu", subset, source, timeout)
-        hpu = _run(suite, "hpu", subset, source, timeout)
+        if rerun:
+            source = source_tree(suite.distribution, pinned_version(suite.distribution))
+            cpu = _run(suite, "cpu", subset, source, timeout)
+            hpu = _run(suite, "hpu", subset, source, timeout)
+        else:
+            cpu, hpu = _saved(suite, "cpu", subset), _saved(suite, "hpu", subset)
         selected = (
             None
             if subset == "ci" and suite.ci_args
@@ -149,20 +164,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m peer_suites", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     runner = sub.add_parser("run", help="run suites on cpu and hpu and compare")
-    runner.add_argument(
-        "suites", nargs="*", metavar="suite", help=f"any of {', '.join(SUITES)} (default all)"
-    )
-    runner.add_argument("--subset", choices=["ci", "full"], default="ci")
+    again = sub.add_parser("compare", help="compare the last runs again (no tests run)")
+    for command in (runner, again):
+        command.add_argument(
+            "suites", nargs="*", metavar="suite", help=f"any of {', '.join(SUITES)} (default all)"
+        )
+        command.add_argument("--subset", choices=["ci", "full"], default="ci")
+        command.add_argument("--markdown", type=Path, help="also write the summary as Markdown")
     runner.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
-    runner.add_argument("--markdown", type=Path, help="also write the summary as Markdown here")
     options = parser.parse_args(argv)
     unknown = [name for name in options.suites if name not in SUITES]
     if unknown:
         parser.error(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}")
     try:
-        return run(
-            options.suites or list(SUITES), options.subset, options.timeout, options.markdown
-        )
+        names = options.suites or list(SUITES)
+        timeout = getattr(options, "timeout", 0.0)
+        return run(names, options.subset, timeout, options.markdown, options.command == "run")
     except (PeerSetupError, subprocess.CalledProcessError) as error:
         print(f"peer_suites: {error}", file=sys.stderr)
         return 2

@@ -83,4 +83,9 @@ def source_tree(distribution: str, version: str) -> Path:
         bundle.extractall(root / "src", filter="data")
     if not (tree / "tests").is_dir():
         raise PeerSetupError(f"{archive.name} has no tests/ folder")
+    marker = tree / "tests" / "__init__.py"
+    if distribution == "peft" and not marker.exists():
+        # PEFT's test modules import each other relatively (`from .testing_utils import`),
+        # as in its repository, whose tests/ is a package; the sdist leaves out the marker.
+        marker.write_text("", encoding="utf-8")
     return tree

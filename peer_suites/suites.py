@@ -79,7 +79,8 @@ SUITES: dict[str, Suite] = {
     "transformers": Suite(
         name="transformers",
         distribution="transformers",
-        ci=[str(_TRANSFORMERS)],
+        # CI: Llama (ModelTesterMixin, generation, training) fits the budget; full: all three.
+        ci=[str(_TRANSFORMERS / "test_llama.py")],
         full=[str(_TRANSFORMERS)],
         hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
         own_tests=True,
