@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from peer_suites.compare import HEADER, Summary, compare
+from peer_suites.hub_stand_ins import prepare as prepare_hub_stand_ins
 from peer_suites.sources import REPO, PeerSetupError, cache_root, pinned_version, source_tree
 from peer_suites.suites import SUITES, Suite
 
@@ -40,6 +41,8 @@ def _environment(suite: Suite, device: str, outcomes: Path, source: Path) -> dic
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["HF_HUB_OFFLINE"] = "1"  # no weights or datasets are downloaded at run time
+    if suite.hub_stand_ins:
+        env["HF_HOME"] = str(prepare_hub_stand_ins(cache_root() / "hf-home"))
     env["HPU_PLUGIN_PEER_OUTCOMES"] = str(outcomes)
     env["HPU_PLUGIN_PEER_SOURCE"] = str(source)
     if device == "hpu":

@@ -35,11 +35,13 @@ _ACCELERATE_MORE = [
     "tests/test_metrics.py",
 ]
 
-# PEFT: the tests that run on a non-CPU device without weights from the Hub (the machine
-# running the suites has no Hub access, and the project downloads no weights at run time):
-# the custom-model matrix restricted to LoRA (`-k` below), and bitsandbytes' QLoRA-style
-# tests built from small configs. See docs/peer-suites.md for the choice.
-_PEFT_CI = ["tests/test_custom_models.py"]
+# PEFT: its accelerator tests (tests/test_common_gpu.py, class-level @require_non_cpu) for
+# LoRA and AdaLoRA/RandLoRA with bitsandbytes 4-bit and 8-bit: QLoRA is what PEFT users run
+# on Gaudi. PEFT's other tests pick their device with peft.utils.infer_device, which has no
+# hpu branch, so they run on CPU in both runs and prove nothing about hpu. The checkpoints
+# these tests load are tiny stand-ins (peer_suites/hub_stand_ins.py): the runs are offline.
+_PEFT = ["tests/test_common_gpu.py"]
+_PEFT_SELECTION = "lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
 
 _TRANSFORMERS = HERE / "transformers_testers"
 
@@ -59,6 +61,8 @@ class Suite:
     hpu_env: dict[str, str] = field(default_factory=dict)
     # The tests live in this repository and import the sdist (Transformers' mixins).
     own_tests: bool = False
+    # The tests load small Hub checkpoints: give them the offline stand-ins.
+    hub_stand_ins: bool = False
 
 
 SUITES: dict[str, Suite] = {
@@ -71,10 +75,11 @@ SUITES: dict[str, Suite] = {
     "peft": Suite(
         name="peft",
         distribution="peft",
-        ci=_PEFT_CI,
-        full=_PEFT_CI,
-        ci_args=["-k", "lora and not dora and not qalora and not vblora and not lora_ga"],
-        full_args=["-k", "lora"],
+        ci=_PEFT,
+        full=_PEFT,
+        ci_args=["-k", _PEFT_SELECTION],
+        full_args=["-k", _PEFT_SELECTION],
+        hub_stand_ins=True,
     ),
     "transformers": Suite(
         name="transformers",
