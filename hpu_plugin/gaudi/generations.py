@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hpu_plugin.gaudi.environment import INT64, LAZY_MODE, parse_int64_support, parse_lazy_mode
-from hpu_plugin.gaudi.errors import Finding, GaudiConfigError
+from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.findings import Finding
 
 
 @dataclass(frozen=True)

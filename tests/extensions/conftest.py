@@ -8,12 +8,13 @@ since an installed plugin changes decisions in every later subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -47,9 +48,33 @@ def run_python(script: str, environ: dict[str, str], timeout: float = 300,
     )
 
 
-def _uninstall() -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*PIP, "uninstall", "-y", *EXAMPLES], capture_output=True,
+def _uninstall(names: Iterable[str] = EXAMPLES) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PIP, "uninstall", "-y", *names], capture_output=True,
                           text=True, timeout=300)
+
+
+@contextlib.contextmanager
+def pip_installed(sources: dict[str, Path]) -> Iterator[None]:
+    """Install the distributions in ``sources`` (name: source tree) with pip, as a user
+    would, for the ``with`` block; uninstall them afterwards.
+
+    Installed with ``--no-deps --no-build-isolation --no-index`` so it needs no network. A
+    previous run that died before its teardown left them installed: uninstalled first.
+    Shared by every test package that installs plugin distributions (extensions, faults).
+    """
+    _require_setuptools()
+    _uninstall(sources)
+    done = subprocess.run(
+        [*PIP, "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+         *map(str, sources.values())],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        yield
+    finally:
+        removed = _uninstall(sources)
+        assert removed.returncode == 0, removed.stdout + removed.stderr
 
 
 def _require_setuptools() -> None:
@@ -72,29 +97,16 @@ def _require_setuptools() -> None:
 def installed_examples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Install both example distributions with pip; uninstall them afterwards.
 
-    Copied first, so the build leaves nothing in the source tree; installed with
-    ``--no-deps --no-build-isolation --no-index`` so it needs no network. A previous run
-    that died before its teardown left them installed: uninstalled first.
+    Copied first, so the build leaves nothing in the source tree (see :func:`pip_installed`).
     """
-    _require_setuptools()
-    _uninstall()
     build = tmp_path_factory.mktemp("examples")
-    paths = []
+    sources = {}
     for dist in EXAMPLES:
-        target = build / dist
-        shutil.copytree(ROOT / "entry_points" / dist, target,
+        sources[dist] = build / dist
+        shutil.copytree(ROOT / "entry_points" / dist, sources[dist],
                         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-        paths.append(str(target))
-    done = subprocess.run(
-        [*PIP, "install", "-q", "--no-deps", "--no-build-isolation", "--no-index", *paths],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    try:
+    with pip_installed(sources):
         yield dict(EXAMPLES)
-    finally:
-        removed = _uninstall()
-        assert removed.returncode == 0, removed.stdout + removed.stderr
 
 
 def write_plugin(root: Path, name: str, source: str, *, dist: str, version: str) -> None:
