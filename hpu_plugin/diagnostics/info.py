@@ -55,6 +55,13 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
     return True, decisions
 
 
+def _import_time_compiles() -> int:
+    """``torch.compile`` calls libraries made while imported in this process: their backend
+    was replaced, logged at debug (the user did not write them)."""
+    adapter = sys.modules.get("hpu_plugin.hosts.torch_adapter")
+    return len(getattr(adapter, "import_time_decorations", ()))
+
+
 def collect_info() -> dict[str, Any]:
     activation = probe.import_torch()
     environ = probe.environ_with_defaults()
@@ -66,6 +73,7 @@ def collect_info() -> dict[str, Any]:
         "mode": probe.mode_text(environ),
         "available": False,
         "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
+        "import_time_compiles": _import_time_compiles(),
     }
     from hpu_plugin.registry import get_registry
 

@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.hosts.callers import find_caller
 from hpu_plugin.hosts.patching import Patches, say_once, stay_out
 from hpu_plugin.registry import Registry
 
@@ -29,6 +30,34 @@ def _describe(backend: object) -> str:
     if isinstance(backend, str):
         return repr(backend)
     return getattr(backend, "__name__", repr(backend))
+
+
+#: ``torch.compile`` calls made by libraries while they were imported (``file:line``), whose
+#: backend was replaced without a warning; ``hpu-plugin info`` counts them.
+import_time_decorations: list[str] = []
+
+
+def _say_replaced(requested: object, chosen: object, warned: set[object]) -> None:
+    """Warn once per requested backend, naming the caller's file and line; a library's own
+    decoration at import time is logged at debug (the user did not write it)."""
+    caller = find_caller(3)
+    where = caller.where if caller is not None else "an unknown caller"
+    if caller is not None and caller.import_time_library:
+        import_time_decorations.append(where)
+        log.debug(
+            "hpu_plugin: torch.compile at %s (a library, while it is imported): backend %s "
+            "replaced by %s", where, _describe(requested), _describe(chosen),
+        )
+        return
+    key = requested if isinstance(requested, str) or requested is None else id(requested)
+    if key in warned:
+        return
+    warned.add(key)
+    log.warning(
+        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s. "
+        "Pass backend=%r to silence this warning.",
+        _describe(requested), where, _describe(chosen), chosen,
+    )
 
 
 def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,14 +78,7 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
         if chosen is None or chosen is requested or chosen == requested:
             return original(*args, **kwargs)
         kwargs["backend"] = chosen
-        key = requested if isinstance(requested, str) or requested is None else id(requested)
-        if key not in warned:
-            warned.add(key)
-            log.warning(
-                "hpu_plugin: torch.compile backend %s does not run on Gaudi (hpu); using %s. "
-                "Pass backend=%r to silence this warning.",
-                _describe(requested), _describe(chosen), chosen,
-            )
+        _say_replaced(requested, chosen, warned)
         return original(*args, **kwargs)
 
     compile.__hpu_plugin__ = True  # type: ignore[attr-defined]
