@@ -8,7 +8,6 @@ doctor. Adding a rule: write a function here, add it to :data:`RULES`, test its 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +16,6 @@ from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.gaudi.generations import Generation
-
-#: Versions with HPU code in the hosts: Transformers turns HPU off below Accelerate 1.5.0.
-MINIMUM = {"transformers": (4, 51), "accelerate": (1, 5)}
 
 
 @dataclass
@@ -56,10 +52,6 @@ class Doctor:
         if self.activation.get("status") != "failed":
             return ""
         return self.activation.get("reason", "") or "failed"
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:2])
 
 
 # -- the rules, in order ---------------------------------------------------------------------
@@ -280,11 +272,14 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
 
 def check_hosts(doctor: Doctor) -> list[Finding]:
     """Transformers and Accelerate are new enough to have HPU code."""
+    from hpu_plugin.hosts import versions
+    from hpu_plugin.hosts.versions import MINIMUM
+
     findings = []
     for host, minimum in MINIMUM.items():
         found = probe.version(host)
-        if found is not None and _version_tuple(found) < minimum:
-            needed = ".".join(map(str, minimum))
+        if found is not None and versions.release(found) < minimum:
+            needed = versions.text(minimum)
             findings.append(
                 Finding(
                     host,

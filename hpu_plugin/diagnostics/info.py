@@ -8,7 +8,7 @@ from typing import Any
 
 from hpu_plugin import __version__
 from hpu_plugin.diagnostics import probe
-from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
+from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 
 
 def _decide(call: Callable[[], Any]) -> str:
@@ -44,13 +44,15 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
     if available != "True":
         return False, decisions
     decisions["hpu_device_properties"] = _decide(registry.device_properties)
-    decisions["hpu_compile_backend(None)"] = _decide(lambda: registry.compile_backend(None, "hpu"))
-    decisions["hpu_compile_backend('inductor')"] = _decide(
-        lambda: registry.compile_backend("inductor", "hpu")
+    decisions["hpu_compile_backend(None)"] = _decide(
+        lambda: registry.compile_backend(None, DEVICE_TYPE)
     )
-    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend("hpu", None))
+    decisions["hpu_compile_backend('inductor')"] = _decide(
+        lambda: registry.compile_backend("inductor", DEVICE_TYPE)
+    )
+    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None, DEVICE_TYPE))
     decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
-        lambda: registry.quantization_device_map("bitsandbytes", 4, None, "hpu")
+        lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
     )
     return True, decisions
 

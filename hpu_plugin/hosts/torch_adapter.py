@@ -15,13 +15,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts.callers import find_caller
-from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.hosts.patching import Patches, original_of, ours, say_once, stay_out
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
-DEVICE_TYPE = "hpu"
 
 
 def _describe(backend: object) -> str:
@@ -81,8 +81,7 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
         _say_replaced(requested, chosen, warned)
         return original(*args, **kwargs)
 
-    compile.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return compile
+    return ours(compile)
 
 
 def _is_transformers_compile_wrapper(value: object) -> bool:
@@ -118,16 +117,14 @@ def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
     def undo() -> None:
         torch.__class__ = base
 
-    patches._undo.append(undo)
+    patches.on_undo(undo)
 
 
 def install_compile(registry: Registry, patches: Patches) -> None:
     import torch
 
-    original = getattr(torch, "compile", None)
-    if original is None or getattr(original, "__hpu_plugin__", False):
-        if original is None:
-            stay_out("torch", "torch.compile", "torch.compile")
+    original = original_of(torch, "compile", "torch", "torch.compile", "torch.compile")
+    if original is None:
         return
     patches.set(torch, "compile", make_compile(registry, original))
     _guard_torch_module(torch, patches)
@@ -143,7 +140,7 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         requested = args[0] if args else kwargs.get("backend")
-        chosen = registry.ddp_backend(DEVICE_TYPE, requested)
+        chosen = registry.ddp_backend(requested, DEVICE_TYPE)
         if requested is None and chosen is not None:
             if args:
                 args = (chosen, *args[1:])
@@ -151,8 +148,7 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
                 kwargs["backend"] = chosen
         return original(*args, **kwargs)
 
-    init_process_group.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return init_process_group
+    return ours(init_process_group)
 
 
 def install_distributed(registry: Registry, patches: Patches) -> None:
@@ -162,11 +158,11 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
         return
     from torch.distributed import distributed_c10d
 
-    original = getattr(distributed_c10d, "init_process_group", None)
+    original = original_of(
+        distributed_c10d, "init_process_group", "torch", "init_process_group",
+        "torch.distributed.init_process_group",
+    )
     if original is None:
-        stay_out("torch", "init_process_group", "torch.distributed.init_process_group")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
     patches.replace_everywhere(
         original, make_init_process_group(registry, original), alias_scope="torch.distributed"

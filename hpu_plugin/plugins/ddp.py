@@ -12,6 +12,7 @@ import logging
 import os
 
 from hpu_plugin.gaudi.selection import check_this_process
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 log = logging.getLogger("hpu_plugin")
@@ -21,8 +22,8 @@ FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs
 
 
 @hookimpl
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
-    if device_type != "hpu":
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
+    if device_type != DEVICE_TYPE:
         return None
     if requested in FOREIGN:
         raise Refusal(
