@@ -143,7 +143,7 @@ def _install_hlsmi_shim() -> None:
     text = (
         "#!/bin/sh\n"
         "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
-        f'exec "{sys.executable}" -m hpu_plugin.emulation.hlsmi "$@"\n'
+        f'exec "{sys.executable}" -m hpu_plugin.emulation.fake_hlsmi "$@"\n'
     )
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -153,5 +153,5 @@ def _install_hlsmi_shim() -> None:
             tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
             tmp.replace(shim)
     except OSError:
-        return  # the shim is a convenience; python -m hpu_plugin.emulation.hlsmi still works
+        return  # the shim is a convenience; python -m hpu_plugin.emulation.fake_hlsmi still works
     os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")

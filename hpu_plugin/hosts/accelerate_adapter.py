@@ -5,7 +5,7 @@ registry routes the default device, MULTI_HPU, seeding, RNG checkpoints, memory 
 ``accelerate config``. What the hooks own beyond availability is wrapped where Accelerate
 decides it: the collective backend (``PartialState._prepare_backend``), the process count
 of ``accelerate launch`` and the device lines of ``accelerate env`` (no release lists HPU).
-Older releases have no MULTI_HPU at all, so every adapter stays out of them (R3).
+Older releases have no MULTI_HPU at all, so every adapter stays out of them.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
 
 
 def install_launch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R15: without ``--num_processes`` (nor a config file), one process per Gaudi device."""
+    """Without ``--num_processes`` (nor a config file), one process per Gaudi device."""
     original = original_of(
         module, "_validate_launch_command", HOST, "launch",
         "commands.launch._validate_launch_command", found=hasattr(module, "is_hpu_available"),

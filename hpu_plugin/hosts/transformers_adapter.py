@@ -40,7 +40,7 @@ MIN_ACCELERATE = MINIMUM["accelerate"]
 
 
 def accelerate_allows_hpu(accelerate_version: str | None) -> bool:
-    """R3: no Accelerate, or Accelerate >= 1.5.0. Logs the fix once when it says no."""
+    """No Accelerate, or Accelerate >= 1.5.0. Logs the fix once when it says no."""
     if accelerate_version is None or accelerate_version == "?":
         return True
     if release(accelerate_version) >= MIN_ACCELERATE:
@@ -86,7 +86,7 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
 
 
 def install_training_args(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R13: ``torch_compile=True`` takes its backend from the compile hooks on Gaudi."""
+    """``torch_compile=True`` takes its backend from the compile hooks on Gaudi."""
     cls = getattr(module, "TrainingArguments", None)
     original = original_of(
         cls, "__post_init__", HOST, "TrainingArguments", "TrainingArguments.torch_compile_backend",
@@ -111,7 +111,7 @@ def install_training_args(registry: Registry, patches: Patches, module: types.Mo
 
 
 def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R8: with no ``device``, a pipeline runs on the device this process uses."""
+    """With no ``device``, a pipeline runs on the device this process uses."""
     cls = getattr(module, "Pipeline", None)
     original = original_of(
         cls, "__init__", HOST, "pipeline", "pipelines.base.Pipeline.__init__", own=True
@@ -158,7 +158,7 @@ def bnb_options(config: Any, bits: int) -> dict[str, Any]:
 
 
 def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, bits: int) -> None:
-    """R9: bitsandbytes with no ``device_map`` places the model where the hooks say."""
+    """With bitsandbytes and no ``device_map``, the model is placed where the hooks say."""
     cls = getattr(module, f"Bnb{bits}BitHfQuantizer", None)
     original = original_of(
         cls, "update_device_map", HOST, f"bitsandbytes {bits}-bit",

@@ -1,4 +1,4 @@
-"""No Gaudi software and no emulator: the plugin changes nothing (R20)."""
+"""No Gaudi software and no emulator: the plugin changes nothing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""``hl-smi`` for the emulated server: the query form the Gaudi tooling and docs use.
+"""The emulator's fake ``hl-smi``: answers the query form the Gaudi tooling and docs use.
 
-``python -m hpu_plugin.emulation.hlsmi -Q index,module_id -f csv`` prints what the real tool
-prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
+(The real tool's output is read by ``hpu_plugin.gaudi.hlsmi``.)
+``python -m hpu_plugin.emulation.fake_hlsmi -Q index,module_id -f csv`` prints what the real
+tool prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
 plugin reads it with). Does not import torch.
 """
 
