@@ -4,6 +4,7 @@
 ``devices``  index, module id, generation, memory, visibility, group validity
 ``plugins``  installed, enabled, disabled, failed (with the reason)
 ``doctor``   every rule of ``hpu_plugin.gaudi``; exits 1 when something will fail
+``selftest`` end-to-end checks on this machine's Gaudi (``hpu_plugin.selftest``)
 
 Each takes ``--json``. This module only parses arguments and prints: what is reported is
 collected by ``hpu_plugin.diagnostics``, which imports torch only when there is a Gaudi to
@@ -52,6 +53,10 @@ def _print_info(info: dict[str, Any]) -> None:
         print("\nDecisions now:")
         for hook, decision in info["decisions"].items():
             print(f"  {hook}: {decision}")
+    if "support" in info:
+        from hpu_plugin.hosts.support import report_lines
+
+        print("", *report_lines(info["support"]), sep="\n")
 
 
 def _print_devices(result: dict[str, Any]) -> None:
@@ -145,6 +150,9 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add_argument("--dtype", help="the job's precision: bf16, fp16, fp8, fp32")
     doctor.add_argument("--bnb", type=int, choices=(4, 8), help="bitsandbytes bits")
     doctor.add_argument("--bnb-quant-type", default="nf4", help="4-bit type (default nf4)")
+    from hpu_plugin.selftest import command as selftest
+
+    selftest.add_parser(sub)
     return parser
 
 
@@ -154,6 +162,10 @@ def _job(args: argparse.Namespace) -> Job:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "selftest":
+        from hpu_plugin.selftest.command import run as selftest
+
+        return selftest(args)
     commands: dict[str, tuple[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]]] = {
         "info": (collect_info, _print_info),
         "devices": (collect_devices, _print_devices),

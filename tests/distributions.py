@@ -60,18 +60,22 @@ def _uninstall(dists: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 @contextmanager
-def pip_installed(sources: Mapping[str, Path], build: Path) -> Iterator[None]:
+def pip_installed(sources: Mapping[str, Path], build: Path | None = None) -> Iterator[None]:
     """``pip install`` each distribution (name -> source folder) for the block's duration.
 
-    Copied to ``build`` first, so the build leaves nothing in the source tree; installed
-    with ``--no-deps --no-build-isolation --no-index``, so it needs no network. A previous
-    run that died before uninstalling left them installed: uninstalled first.
+    With ``build``, copied there first, so the build leaves nothing in a source tree of the
+    repository; installed with ``--no-deps --no-build-isolation --no-index``, so it needs no
+    network. A previous run that died before uninstalling left them installed: uninstalled
+    first. Shared by every test package that installs plugin distributions.
     """
     _require_setuptools()
     dists = list(sources)
     _uninstall(dists)
     paths = []
     for dist, source in sources.items():
+        if build is None:
+            paths.append(str(source))
+            continue
         target = build / dist
         ignore = shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
         shutil.copytree(source, target, ignore=ignore)

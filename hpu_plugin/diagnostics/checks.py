@@ -78,13 +78,14 @@ def check_activation(doctor: Doctor) -> list[Finding]:
 def check_variables(doctor: Doctor) -> list[Finding]:
     """Each Gaudi variable parses; ``HABANA_VISIBLE_DEVICES`` only warns (it is read at
     ``docker run``, not by the process)."""
-    from hpu_plugin.gaudi import environment, visibility
+    from hpu_plugin.gaudi import environment, hlsmi, visibility
 
     environ = doctor.environ
     parsers: list[tuple[str, Callable[[], object]]] = [
         ("HABANA_VISIBLE_MODULES", lambda: visibility.visible_modules(environ)),
         ("HABANA_VISIBLE_DEVICES", lambda: visibility.visible_devices(environ)),
         ("HLS_MODULE_ID", lambda: visibility.parse_module_id(environ.get("HLS_MODULE_ID"))),
+        ("HPU_PLUGIN_HLSMI_TIMEOUT", hlsmi.default_timeout),
         ("PT_HPU_LAZY_MODE", lambda: environment.parse_lazy_mode(environ.get("PT_HPU_LAZY_MODE"))),
         (
             "PT_ENABLE_INT64_SUPPORT",
@@ -108,9 +109,9 @@ def check_hlsmi(doctor: Doctor) -> list[Finding]:
     """``hl-smi`` maps device indices to module ids; records the map and device names."""
     from hpu_plugin.gaudi import hlsmi
 
-    answer = hlsmi.query(("index", "module_id", "name"))
+    answer = probe.query_hlsmi(("index", "module_id", "name"))
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = hlsmi.query(hlsmi.INDEX_MODULE_FIELDS)
+        answer = probe.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
     if answer.missing and not probe.gaudi_expected():
         return []
     if answer.rows is None:
@@ -271,24 +272,13 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
 
 
 def check_hosts(doctor: Doctor) -> list[Finding]:
-    """Transformers and Accelerate are new enough to have HPU code."""
-    from hpu_plugin.hosts import versions
-    from hpu_plugin.hosts.versions import MINIMUM
+    """Are torch, Transformers and Accelerate tested releases; did an adapter stay out?"""
+    from hpu_plugin.hosts import support
 
-    findings = []
-    for host, minimum in MINIMUM.items():
-        found = probe.version(host)
-        if found is not None and versions.release(found) < minimum:
-            needed = versions.text(minimum)
-            findings.append(
-                Finding(
-                    host,
-                    "warning",
-                    f"{host} {found} has no HPU support (needs >= {needed})",
-                    f"pip install '{host}>={needed}'",
-                )
-            )
-    return findings
+    found = support.findings(support.report())
+    # An "ok" only where the plugin is at work: otherwise the first thing to read is why not.
+    active = doctor.activation.get("status") == "active"
+    return [f for f in found if f.severity != "ok" or active]
 
 
 def check_plugins(doctor: Doctor) -> list[Finding]:
@@ -301,11 +291,11 @@ def check_plugins(doctor: Doctor) -> list[Finding]:
         Finding(
             "plugins",
             "warning",
-            f"plugin {p['name']!r} ({p['distribution']}) failed: {p['reason']}",
-            f"fix or uninstall {p['distribution']}, or HPU_PLUGIN_DISABLE={p['name']}",
+            f"plugin {p['name']!r} ({p['distribution']}) {p['status']}: {p['reason']}",
+            f"fix or uninstall {p['distribution']}, or HPU_PLUGIN_DISABLE={p['disable_with']}",
         )
         for p in plugins["plugins"]
-        if p["status"] == "failed"
+        if p["status"] in ("failed", "faulted")
     ]
 
 

@@ -15,14 +15,14 @@ def _rows() -> tuple[list[dict[str, str]], str | None, str]:
     why there are none."""
     from hpu_plugin.gaudi import hlsmi
 
-    answer = hlsmi.query(hlsmi.DEVICE_FIELDS)
+    answer = probe.query_hlsmi(hlsmi.DEVICE_FIELDS)
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = hlsmi.query(hlsmi.INDEX_MODULE_FIELDS)
+        answer = probe.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
     if answer.rows is not None:
         return answer.rows, "hl-smi", answer.reason
     if probe.device_available():
         count = probe.hpu_module().device_count()
-        return [{"index": str(i)} for i in range(count)], "torch.hpu", ""
+        return [{"index": str(i)} for i in range(count)], "torch.hpu", answer.reason
     return [], None, answer.reason
 
 
@@ -58,6 +58,8 @@ def collect_devices() -> dict[str, Any]:
             if not probe.gaudi_expected()
             else f"No Gaudi device found ({reason})."
         )
+    elif result["source"] != "hl-smi" and reason:
+        result["message"] = f"hl-smi gave no answer ({reason})."
     try:
         visible = visibility.visible_modules(os.environ)
         visible_error = ""

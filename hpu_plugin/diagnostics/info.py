@@ -67,8 +67,11 @@ def _import_time_compiles() -> int:
 def collect_info() -> dict[str, Any]:
     activation = probe.import_torch()
     environ = probe.environ_with_defaults()
+    from hpu_plugin.hosts import support  # tested, untested, out of range; adapters left out
+
     info: dict[str, Any] = {
         "versions": _versions(),
+        "support": support.report(),
         "gaudi": probe.gaudi_expected(),
         "emulated": probe.emulation_requested() and not probe.gaudi_software(),
         "activation": activation,

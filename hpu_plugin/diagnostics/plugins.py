@@ -8,7 +8,7 @@ from hpu_plugin.diagnostics.probe import HOOKS
 
 
 def collect_plugins() -> dict[str, Any]:
-    from hpu_plugin.registry import get_registry
+    from hpu_plugin.registry import disable_value, get_registry
 
     try:
         registry = get_registry()
@@ -24,6 +24,7 @@ def collect_plugins() -> dict[str, Any]:
             "status": r.status,
             "reason": r.reason,
             "hooks": list(r.hooks),
+            "disable_with": disable_value(r),
         }
         for r in registry.records.values()
     ]

@@ -12,7 +12,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
@@ -143,3 +143,15 @@ def mode_text(environ: Mapping[str, str]) -> str:
     ours = LAZY_MODE in APPLIED or LAZY_MODE not in os.environ
     by = "set by hpu-plugin" if ours else "set by the user"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
+
+
+def query_hlsmi(fields: Sequence[str]) -> Any:
+    """``hlsmi.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
+    report, not a traceback; doctor also lists it as a finding with its fix)."""
+    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin.gaudi.errors import GaudiConfigError
+
+    try:
+        return hlsmi.query(fields)
+    except GaudiConfigError as exc:
+        return hlsmi.HlSmiQuery(None, reason=str(exc))

@@ -297,7 +297,7 @@ def reset_accumulated_memory_stats(device: Any = None) -> None:
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
     stats = memory_stats(device)
-    return stats["Limit"] - stats["InUse"], stats["Limit"]
+    return max(0, stats["Limit"] - stats["InUse"]), stats["Limit"]
 
 
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:

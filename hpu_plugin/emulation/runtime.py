@@ -7,10 +7,7 @@ no torch.distributed eagerly.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
-import shutil
-import stat
 import sys
 import time
 from pathlib import Path
@@ -131,27 +128,7 @@ def _let_autograd_threads_finish() -> None:
 
 
 def _install_hlsmi_shim() -> None:
-    """An ``hl-smi`` on PATH for this process and its children, unless a real one exists."""
-    if shutil.which("hl-smi"):
-        return
-    from hpu_plugin.emulation.build import cache_root
+    """An ``hl-smi`` on PATH for this process and its children (see ``fake_hlsmi.install_shim``)."""
+    from hpu_plugin.emulation.fake_hlsmi import install_shim
 
-    # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
-    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    directory = cache_root() / "bin" / tag
-    shim = directory / "hl-smi"
-    text = (
-        "#!/bin/sh\n"
-        "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
-        f'exec "{sys.executable}" -m hpu_plugin.emulation.fake_hlsmi "$@"\n'
-    )
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if not shim.exists() or shim.read_text() != text:
-            tmp = directory / f".hl-smi.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-            tmp.replace(shim)
-    except OSError:
-        return  # the shim is a convenience; python -m hpu_plugin.emulation.fake_hlsmi still works
-    os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")
+    install_shim()

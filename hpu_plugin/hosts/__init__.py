@@ -47,13 +47,19 @@ def install(registry: Registry) -> None:
             patches.undo()
 
 
+def installed() -> bool:
+    """Whether the adapters are installed in this process (the diagnostics report it)."""
+    return _installed is not None
+
+
 def uninstall() -> None:
     """Undo every adapter and drop pending hooks (tests, and a clean ``hpu-plugin`` run)."""
     global _installed
-    from hpu_plugin.hosts import importhook
+    from hpu_plugin.hosts import importhook, patching
 
     with _lock:
         importhook.remove()
+        patching.stayed_out.clear()
         if _installed is not None:
             _installed.undo()  # type: ignore[attr-defined]
             _installed = None

@@ -21,7 +21,15 @@ from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import Patches, cached_like, is_ours, original_of, ours, say_once
+from hpu_plugin.hosts.patching import (
+    Patches,
+    cached_like,
+    is_ours,
+    original_of,
+    ours,
+    record_out,
+    say_once,
+)
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
@@ -48,6 +56,8 @@ def make_is_hpu_available(registry: Registry, original: Callable[..., Any]) -> C
 def install_availability(registry: Registry, patches: Patches, module: types.ModuleType) -> bool:
     original = getattr(module, "is_hpu_available", None)
     if original is None:
+        record_out(HOST, "adapters", f"accelerate {_version()} has no is_hpu_available (HPU "
+                   "support starts at 1.5.0)")
         say_once(
             "accelerate-no-hpu", logging.WARNING,
             "hpu_plugin: accelerate %s has no HPU support (it starts at 1.5.0), so Transformers "

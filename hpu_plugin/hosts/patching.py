@@ -19,6 +19,8 @@ log = logging.getLogger("hpu_plugin")
 
 _MISSING = object()
 _said: set[str] = set()
+#: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
+stayed_out: dict[str, str] = {}
 
 
 def host_version(distribution: str) -> str:
@@ -36,8 +38,14 @@ def say_once(key: str, level: int, message: str, *args: object) -> None:
     log.log(level, message, *args)
 
 
+def record_out(host: str, adapter: str, reason: str) -> None:
+    """Remember that an adapter is not installed, and why (the diagnostics show it)."""
+    stayed_out.setdefault(f"{host} {adapter}", reason)
+
+
 def stay_out(host: str, adapter: str, missing: str) -> None:
     """The one line an adapter logs when the host is not what it was written for."""
+    record_out(host, adapter, f"{host} {host_version(host)} has no {missing}")
     say_once(
         f"stay-out:{host}:{adapter}", logging.WARNING,
         "hpu_plugin: %s %s has no %s; the %s adapter stays out (supported: see the "

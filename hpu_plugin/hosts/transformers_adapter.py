@@ -29,21 +29,22 @@ from hpu_plugin.hosts.patching import (
     say_once,
     stay_out,
 )
-from hpu_plugin.hosts.versions import MINIMUM, release
+from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 HOST = "transformers"
 #: Transformers turns HPU off below this Accelerate release: the first with HPU code.
-MIN_ACCELERATE = MINIMUM["accelerate"]
+MIN_ACCELERATE = HPU_CODE_SINCE["accelerate"]
 
 
 def accelerate_allows_hpu(accelerate_version: str | None) -> bool:
     """No Accelerate, or Accelerate >= 1.5.0. Logs the fix once when it says no."""
     if accelerate_version is None or accelerate_version == "?":
         return True
-    if release(accelerate_version) >= MIN_ACCELERATE:
+    key, since = release_key(accelerate_version), release_key(MIN_ACCELERATE)
+    if key is not None and since is not None and key[0] >= since[0]:  # 1.5.0rc1 has HPU code
         return True
     say_once(
         "accelerate-too-old", logging.WARNING,

@@ -44,7 +44,7 @@ FAULTS = {
         @hookimpl(tryfirst=True)
         def hpu_device_available():
             return False
-        """, "over the 1 s budget"),
+        """, "within the 1 s budget"),
     "raise": ("""
         from hpu_plugin.hookspecs import hookimpl
 

@@ -47,7 +47,7 @@ def test_missing_attribute_in_entry_point_is_an_import_failure(site):
 
 
 def test_slow_import_is_reported_and_skipped(site, caplog):
-    site.add("slow", "import time\ntime.sleep(0.5)\n" + HEADER + """
+    site.add("slow", "import time\ntime.sleep(5)\n" + HEADER + """
 @hookimpl(tryfirst=True)
 def hpu_ddp_backend(requested, device_type):
     return "gloo"
@@ -55,7 +55,8 @@ def hpu_ddp_backend(requested, device_type):
     registry = _registry(site.entry_points(), import_budget=0.2)
     record = registry.records["slow"]
     assert record.status == "failed"
-    assert record.import_seconds is not None and record.import_seconds >= 0.5
+    # cut off at the budget, not waited for
+    assert record.import_seconds is not None and 0.2 <= record.import_seconds < 4
     assert "budget" in record.reason and "HPU_PLUGIN_IMPORT_BUDGET" in record.reason
     [report] = _reports(caplog, "slow")
     assert "slow-dist 0.1" in report and "HPU_PLUGIN_DISABLE=slow" in report
@@ -84,7 +85,7 @@ def hpu_ddp_backend(requested, device_type):
     [report] = _reports(caplog, "raiser")
     assert "raiser-dist 3.0" in report and "KeyError('no such rank')" in report
     record = registry.records["raiser"]
-    assert record.status == "enabled" and "KeyError" in record.reason
+    assert record.status == "faulted" and "KeyError" in record.reason
     assert len(record.faults) == 1
 
 
