@@ -112,7 +112,7 @@ def hpu_compile_backend(
 
 
 @hookspec(firstresult=True)
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
     """Choose the collective backend of a distributed job on ``device_type``.
 
     Called when a host library is about to initialise a process group (Accelerate's

@@ -265,9 +265,9 @@ class Registry:
         )
         return result
 
-    def ddp_backend(self, device_type: str, requested: str | None) -> str | None:
+    def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
         result: str | None = self.pm.hook.hpu_ddp_backend(
-            device_type=device_type, requested=requested
+            requested=requested, device_type=device_type
         )
         return result
 

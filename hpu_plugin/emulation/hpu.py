@@ -1,6 +1,6 @@
 """``torch.hpu`` of the emulated Gaudi: the public API of ``habana_frameworks.torch.hpu``.
 
-Semantics follow the real module (gaudi-facts §1): ``is_available`` never raises, RNG state
+Semantics follow the real module: ``is_available`` never raises, RNG state
 exists for device 0 only, ``manual_seed_all`` is ``manual_seed``, memory statistics are the
 allocator's ``InUse``/``MaxInUse``/``Limit``, there is no ``empty_cache``.
 """
@@ -96,7 +96,7 @@ def _check_index(index: int) -> int:
 
 
 def set_device(device: Any) -> None:
-    """As the real one (gaudi-facts §1): map the index to a module id and set
+    """As the real one: map the index to a module id and set
     ``HLS_MODULE_ID``, which chooses the module the process acquires if it has not yet; the
     current device stays hpu:0, the only device a process drives."""
     index = _index(device)

@@ -128,7 +128,7 @@ def _let_autograd_threads_finish() -> None:
 
 
 def _install_hlsmi_shim() -> None:
-    """An ``hl-smi`` on PATH for this process and its children (see ``hlsmi.install_shim``)."""
-    from hpu_plugin.emulation.hlsmi import install_shim
+    """An ``hl-smi`` on PATH for this process and its children (see ``fake_hlsmi.install_shim``)."""
+    from hpu_plugin.emulation.fake_hlsmi import install_shim
 
     install_shim()

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from extensions.conftest import NEUTRAL_CWD, pip_installed
+from distributions import pip_installed
+from extensions.conftest import NEUTRAL_CWD
 
 #: The gate every generated plugin starts with.
 GATE = 'import os\nACTIVE = os.environ.get("HPU_FAULT_CASE") == {name!r}\n'
@@ -48,7 +49,7 @@ IMPORT_FAULTS: dict[str, str] = {
 #: hold the promise where the issue saw it broken: torch.compile, init_process_group, the
 #: device check and the environment step inside import torch.
 _COMPILE = "hpu_compile_backend(requested, device_type)"
-_DDP = "hpu_ddp_backend(device_type, requested)"
+_DDP = "hpu_ddp_backend(requested, device_type)"
 _AVAIL = "hpu_device_available()"
 _ENVIRON = "hpu_prepare_environment(environ)"
 HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
