@@ -31,6 +31,7 @@ HOOKS = (
     "hpu_compile_backend",
     "hpu_ddp_backend",
     "hpu_quantization_device_map",
+    "hpu_shape_buckets",
 )
 #: Versions with HPU code in the hosts (host-map.md §0): Transformers turns HPU off below
 #: Accelerate 1.5.0 (SPEC R3).
@@ -192,6 +193,10 @@ def collect_info() -> dict[str, Any]:
             decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
                 lambda: registry.quantization_device_map("bitsandbytes", 4, None, "hpu")
             )
+            for kind in ("length", "batch", "cache"):
+                decisions[f"hpu_shape_buckets({kind}, 4096)"] = _decide(
+                    lambda kind=kind: registry.shape_buckets(kind, "hpu", 4096)
+                )
     info["decisions"] = decisions
     return info
 
