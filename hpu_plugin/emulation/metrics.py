@@ -34,7 +34,7 @@ _TRUE_WORDS = ("y", "yes", "t", "true", "on", "1")
 Callback = Callable[[dict[str, str]], None]
 
 
-class MetricNotFound(Exception):  # noqa: N818 - the bridge's name
+class MetricNotFound(Exception):
     """A local metric of an unknown name was asked for (the bridge's exception)."""
 
 
@@ -237,7 +237,7 @@ def metric_localcontext(name: str) -> Iterator[Metric]:
         metric.stop()
 
 
-def metrics_dump(file_name: str, format: str = "json") -> None:  # noqa: A002 - real name
+def metrics_dump(file_name: str, format: str = "json") -> None:
     """Write the global metrics to ``file_name`` (``"json"`` or ``"text"``), trigger "user"."""
     now = datetime.datetime.now().isoformat()
     records = [
