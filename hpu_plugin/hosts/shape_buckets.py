@@ -464,6 +464,19 @@ def bucket_trainer(registry: Registry, trainer: Any) -> None:
     trainer.data_collator = BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), max_positions(trainer.model)
     )
+    for name in ("training_step", "prediction_step"):
+        step = getattr(trainer, name, None)
+        if callable(step):
+            setattr(trainer, name, _in_static_graphs(step))
+
+
+def _in_static_graphs(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with static_graphs():
+            return step(*args, **kwargs)
+
+    return run
 
 
 def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
