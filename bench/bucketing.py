@@ -23,11 +23,10 @@ import time
 os.environ.setdefault("HPU_PLUGIN_EMULATE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
-import torch._dynamo  # noqa: E402
-
-from habana_frameworks.torch.hpu.metrics import metric_global  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+import torch
+import torch._dynamo
+from habana_frameworks.torch.hpu.metrics import metric_global
+from transformers import LlamaConfig, LlamaForCausalLM
 
 GC = metric_global("graph_compilation")
 
@@ -65,7 +64,8 @@ def generation(prompts: int, new_tokens: int) -> dict[str, object]:
         results[arm] = (count(), time.perf_counter() - start)
         outputs[arm] = [o.cpu() for o in outs]
     results["same tokens"] = all(
-        torch.equal(a, b) for a, b in zip(outputs["without buckets"], outputs["with buckets"])
+        torch.equal(a, b)
+        for a, b in zip(outputs["without buckets"], outputs["with buckets"], strict=True)
     )
     return results
 

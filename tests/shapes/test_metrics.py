@@ -67,7 +67,7 @@ def test_the_bridges_shape_loop_counts_one_compilation_per_shape(run):
     assert out["keys"] == ["TotalNumber", "TotalTime", "AvgTime"]
     # shapes [10, 20, x] for x in 1..10: one compilation each, total time growing
     assert out["totals"] == list(range(1, 11))
-    assert all(b > a for a, b in zip(out["times"], out["times"][1:])), out["times"]
+    assert all(b > a for a, b in zip(out["times"], out["times"][1:], strict=False)), out["times"]
     assert out["local"] == 10
     # the same shape ten times: the shapes above were cached; this one compiles once
     assert out["same_shape"] == 1
