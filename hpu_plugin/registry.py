@@ -298,6 +298,14 @@ class Registry:
         )
         return result
 
+    def shape_buckets(
+        self, kind: str, device_type: str, limit: int | None
+    ) -> tuple[int, ...] | None:
+        result: tuple[int, ...] | None = self.pm.hook.hpu_shape_buckets(
+            kind=kind, device_type=device_type, limit=limit
+        )
+        return result
+
     # -- introspection ---------------------------------------------------------------------
 
     def call_order(self, hook: str) -> list[str]:

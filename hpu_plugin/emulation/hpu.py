@@ -498,3 +498,20 @@ memory = _submodule(
      "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
      "mem_get_info", "memory_summary"),
 )
+
+
+def _metrics_module() -> ModuleType:
+    """``torch.hpu.metrics``: the real metrics API (``metrics.py``), also re-exported here
+    as the real package does (``from .metrics import *``)."""
+    from hpu_plugin.emulation import metrics as module
+
+    sys.modules["torch.hpu.metrics"] = module
+    sys.modules["habana_frameworks.torch.hpu.metrics"] = module
+    return module
+
+
+metrics = _metrics_module()
+metric_global = metrics.metric_global
+metric_localcontext = metrics.metric_localcontext
+metrics_dump = metrics.metrics_dump
+MetricNotFound = metrics.MetricNotFound
