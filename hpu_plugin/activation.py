@@ -13,61 +13,89 @@ import logging
 import os
 import sys
 
+from hpu_plugin import settings
+from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+
 log = logging.getLogger("hpu_plugin")
 
-_OFF = {"", "0", "false", "no", "off"}
-_ON = {"1", "true", "yes", "on"}
+#: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
+#: nothing runs :func:`autoload`, so nothing would start the emulator.
+TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
+#: One-time messages already given in this process.
+_said: set[str] = set()
 
 #: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
 state: dict[str, str] = {"status": "off", "reason": "not run"}
-
-
-#: The emulator's stand-ins for ``habana_frameworks``; never mistaken for the real package.
-STANDINS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulation", "standins")
-
-
-def real_gaudi_installed() -> bool:
-    """Is the real ``habana_frameworks`` importable (the emulator's stand-ins do not count)?"""
-    spec = importlib.util.find_spec("habana_frameworks")
-    if spec is None:
-        return False
-    locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
-    return not all(os.path.abspath(path).startswith(STANDINS) for path in locations)
 
 
 def add_standins() -> None:
     """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
 
     Hosts look for ``habana_frameworks`` before they import torch; the stand-ins must be
-    findable from the start, as the real package is. Never raises: a ``.pth`` error would
-    print on every interpreter start.
+    findable from the start, as the real package is. Not added when PyTorch's backend
+    autoload is off: nothing would then start the emulator, and hosts that find the
+    stand-ins would take Gaudi branches into a device that is not there. Never raises: a
+    ``.pth`` error would print on every interpreter start.
     """
     try:
-        if (
-            os.environ.get("HPU_PLUGIN_DISABLE", "").strip().lower() not in _ON
-            and STANDINS not in sys.path
-            and not real_gaudi_installed()
-        ):
+        if not emulation_requested() or settings.is_on(os.environ.get("HPU_PLUGIN_DISABLE")):
+            return
+        if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
+            if TORCH_AUTOLOAD in _said:  # site may read a venv's .pth files twice
+                return
+            _said.add(TORCH_AUTOLOAD)
+            log.warning(
+                "hpu_plugin: HPU_PLUGIN_EMULATE is set but %s=%r turns off PyTorch's backend "
+                "autoload, so the Gaudi emulator does not start; unset %s (or set it to 1) "
+                "to emulate, or unset HPU_PLUGIN_EMULATE.",
+                TORCH_AUTOLOAD, os.environ[TORCH_AUTOLOAD], TORCH_AUTOLOAD,
+            )
+            return
+        if STANDINS not in sys.path and not real_gaudi_installed():
             sys.path.append(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
 def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
-    return environ.get("HPU_PLUGIN_EMULATE", "").strip().lower() not in _OFF
+    return not settings.is_off(environ.get("HPU_PLUGIN_EMULATE"))
 
 
 def autoload() -> None:
     """Entry point of the ``torch.backends`` group; idempotent; never raises."""
     if state["status"] != "off":
         return
+    unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
-    except Exception as exc:  # never break `import torch`
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # never break `import torch`; SystemExit included
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
+    if state["status"] == "failed":
+        _undo_defaults(unset)
     if STANDINS in sys.path and state.get("emulator") != "started":
         _withdraw_standins()
+
+
+#: The Gaudi defaults activation exports (see ``gaudi.environment.DEFAULTS``).
+_DEFAULTED = ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE")
+
+
+def _undo_defaults(unset: set[str]) -> None:
+    """A plugin that ends off must leave the environment as it found it: the defaults it
+    exported would otherwise reach child processes as if the user had set them."""
+    for name in unset:
+        os.environ.pop(name, None)
+    try:
+        from hpu_plugin.gaudi.environment import APPLIED
+
+        for name in unset:
+            APPLIED.pop(name, None)
+    except Exception:  # gaudi/ not importable: nothing was applied through it
+        pass
 
 
 def _withdraw_standins() -> None:
@@ -85,7 +113,7 @@ def _withdraw_standins() -> None:
 
 def _activate() -> None:
     environ = os.environ
-    if environ.get("HPU_PLUGIN_DISABLE", "").strip().lower() in _ON:
+    if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
     emulate = emulation_requested(environ)
@@ -102,14 +130,23 @@ def _activate() -> None:
         )
         emulate = False
 
+    if emulate:
+        from hpu_plugin.emulation import EmulationError, check_environment
+
+        try:  # a bad emulator setting stops here, before anything is exported or loaded
+            check_environment()
+        except EmulationError as exc:
+            state.update(status="failed", reason=str(exc))
+            log.error("hpu_plugin: %s", exc)
+            return
+
     from hpu_plugin.registry import get_registry
 
     registry = get_registry()
     # The Gaudi software's own torch.backends entry point may have run before this one
     # (PyTorch does not order entry points); its runtime then read the environment first.
     initialised_first = real and "habana_frameworks.torch" in sys.modules
-    unset = {name for name in ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE")
-             if name not in environ}
+    unset = {name for name in _DEFAULTED if name not in environ}
     registry.prepare_environment(environ)
     late = sorted(name for name in unset if name in environ)
     if initialised_first and late:

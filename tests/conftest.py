@@ -11,13 +11,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-#: Prefixes and names of the settings the plugin, Gaudi and the launchers read.
-PREFIXES = ("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_", "ACCELERATE_", "HPU_TEST_")
-NAMES = {"HLS_MODULE_ID", "ID", "LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-         "MASTER_ADDR", "MASTER_PORT", "TORCH_DEVICE_BACKEND_AUTOLOAD"}
-#: Where the emulator's compiled runtime is cached: sharing it saves a build per test.
-KEEP = {"HPU_PLUGIN_CACHE_DIR"}
+from processes import KEEP, NAMES, PREFIXES
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -5,9 +5,11 @@ Kept cheap to import: everything heavy is imported by :func:`start`.
 
 from __future__ import annotations
 
+import os
+
 from hpu_plugin.emulation.errors import EmulationError
 
-__all__ = ["EmulationError", "start"]
+__all__ = ["EmulationError", "check_environment", "start"]
 
 
 def start() -> None:
@@ -18,3 +20,15 @@ def start() -> None:
     from hpu_plugin.emulation.runtime import start as _start
 
     _start()
+
+
+def check_environment() -> None:
+    """Refuse a bad emulator setting before activation changes anything (EmulationError).
+
+    Reads only what does not depend on the Gaudi defaults activation is about to export:
+    the generation, the server, memory and the launcher's rank variables.
+    """
+    from hpu_plugin.emulation import config
+
+    config.server()
+    config.check_launcher_variables(os.environ)

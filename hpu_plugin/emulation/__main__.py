@@ -15,6 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     build_cmd = sub.add_parser("build", help="compile the C++ runtime into the cache now")
     build_cmd.add_argument("-v", "--verbose", action="store_true", help="show compiler output")
+    build_cmd.add_argument("--force", action="store_true",
+                           help="rebuild even when the cached build is sound")
     sub.add_parser("path", help="print the build directory for the installed torch")
     sub.add_parser("clean", help="delete cached builds other than this torch's current one")
     args = parser.parse_args(argv)
@@ -40,7 +42,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"removed {entry}")
         return 0
     try:
-        build.load(verbose=args.verbose)
+        if args.force:
+            build.rebuild(verbose=args.verbose)
+        else:
+            build.load(verbose=args.verbose)
     except EmulationError as exc:
         print(f"hpu_plugin: {exc}", file=sys.stderr)
         return 1

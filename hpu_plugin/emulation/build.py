@@ -3,6 +3,12 @@
 Loading a cached build imports nothing heavy (no ``torch.utils.cpp_extension``), because it
 runs inside ``import torch``. A build takes about a minute and 2 GB of compiler memory, so
 concurrent processes (``torchrun`` workers) wait on one file lock and share one build.
+
+The cache is never half-written and never mapped unchecked (:mod:`.cache`): a build goes
+into a temporary directory that is renamed into place with a manifest of the library's size
+and hash; a load checks that manifest and the ELF headers first, so a truncated library is
+rebuilt, not mapped (mapping one kills the process with SIGBUS); loading takes the lock
+too, so it never reads a build in progress.
 """
 
 from __future__ import annotations
@@ -11,18 +17,23 @@ import hashlib
 import importlib.machinery
 import importlib.util
 import os
+import shlex
 import shutil
+import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 from types import ModuleType
 
+from hpu_plugin.emulation import cache
 from hpu_plugin.emulation.errors import EmulationError
 
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("emulator.cpp",)
 CFLAGS = ("-O2", "-DNDEBUG")
 NAME = "hpu_plugin_emulator"
+#: Part of the cache key: a cache written by an older layout (no manifest) is not read.
+LAYOUT = "manifest-1"
 
 
 def cache_root() -> Path:
@@ -41,6 +52,7 @@ def source_hash() -> str:
     digest.update(" ".join(CFLAGS).encode())
     digest.update(sys.implementation.cache_tag.encode())
     digest.update((sysconfig.get_config_var("EXT_SUFFIX") or "").encode())
+    digest.update(LAYOUT.encode())
     return digest.hexdigest()[:16]
 
 
@@ -78,13 +90,34 @@ def _ninja_on_path() -> None:
 
 
 def _check_compiler() -> None:
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler.split()[0]) is None:
+    """``CXX`` (default ``c++``) must name a compiler that runs, before a build starts:
+    an empty or wrong one otherwise fails deep in the build with nothing in its log."""
+    raw = os.environ.get("CXX")
+    fix = ("set CXX to a C++ compiler (e.g. CXX=g++), or unset it to use c++; or build "
+           "elsewhere with `python -m hpu_plugin.emulation build` and share "
+           f"{cache_root()} (HPU_PLUGIN_CACHE_DIR)")
+    if raw is not None and not raw.strip():
+        raise EmulationError(f"CXX is set but empty, so no C++ compiler can be run; fix: {fix}")
+    try:
+        command = shlex.split(raw if raw is not None else "c++")
+    except ValueError as exc:
+        raise EmulationError(f"CXX={raw!r} cannot be read as a command ({exc}); fix: {fix}"
+                             ) from None
+    name = f"CXX={raw!r}" if raw is not None else "the C++ compiler c++"
+    if not command or shutil.which(command[0]) is None:
         raise EmulationError(
-            f"the Gaudi emulator must be compiled once but no C++ compiler ({compiler!r}) is "
-            "on PATH; fix: install one (e.g. apt-get install g++) or set CXX, or build it "
-            "elsewhere with `python -m hpu_plugin.emulation build` and share "
-            f"{cache_root()} (HPU_PLUGIN_CACHE_DIR)"
+            f"the Gaudi emulator must be compiled once but {name} is not on PATH; fix: "
+            f"install one (e.g. apt-get install g++) or {fix}"
+        )
+    try:
+        probe = subprocess.run([*command, "--version"], capture_output=True, timeout=60,
+                               check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EmulationError(f"{name} does not run ({exc}); fix: {fix}") from None
+    if probe.returncode != 0 or not probe.stdout.strip():
+        raise EmulationError(
+            f"{name} does not run as a C++ compiler (`{shlex.join([*command, '--version'])}` "
+            f"exited {probe.returncode} and printed {len(probe.stdout)} bytes); fix: {fix}"
         )
 
 
@@ -98,69 +131,103 @@ def _explain(exc: BaseException, directory: Path) -> str:
         )
     lines = [line for line in text.splitlines() if ": error:" in line or "fatal error" in line]
     detail = (lines or text.strip().splitlines()[:1] or ["unknown error"])[0].strip()
+    log = directory.parent / f"{directory.name}.error.log"
+    try:
+        log.write_text(f"CXX={os.environ.get('CXX', 'c++')!r}\n{text}\n")
+        where = f"the full log is in {log}"
+    except OSError:
+        where = "no log could be written"
     return (
-        f"compiling the Gaudi emulator failed ({detail}); the full log is in {directory}; "
-        "fix: check the compiler and torch headers, then run `python -m hpu_plugin.emulation "
-        "build` to retry"
+        f"compiling the Gaudi emulator with CXX={os.environ.get('CXX', 'c++')!r} failed "
+        f"({detail}); {where}; fix: check the compiler (CXX) and torch headers, then run "
+        "`python -m hpu_plugin.emulation build` to retry"
     )
 
 
 def load(*, verbose: bool = False) -> ModuleType:
-    """The runtime module, built first if this torch has no cached build."""
+    """The runtime module, built first if this torch has no sound cached build.
+
+    Takes the cache's lock (shared) to check and map the build, so a build in progress is
+    waited for, never read; a missing or damaged build is (re)built under the exclusive lock.
+    """
     if NAME in sys.modules:
         return sys.modules[NAME]
     directory = build_dir()
-    library = _library(directory)
-    if library.exists():
-        try:
-            return _import_library(library)
-        except (ImportError, OSError) as exc:
-            raise EmulationError(
-                f"the cached Gaudi emulator {library} does not load ({exc}); fix: delete "
-                f"{directory} and run `python -m hpu_plugin.emulation build`"
-            ) from exc
+    lock_path = cache.lock_path(directory)
+    if directory.exists():
+        with cache.locked(lock_path, exclusive=False):
+            problem = cache.check(directory, _library(directory).name)
+            if problem is None:
+                return _import_checked(directory)
+        sys.stderr.write(f"hpu_plugin: the cached Gaudi emulator {directory} is damaged "
+                         f"({problem}); it is not loaded, but rebuilt.\n")
     return _build(directory, verbose=verbose)
 
 
-def _build(directory: Path, *, verbose: bool) -> ModuleType:
-    import fcntl
+def _import_checked(directory: Path) -> ModuleType:
+    library = _library(directory)
+    try:
+        return _import_library(library)
+    except (ImportError, OSError) as exc:
+        raise EmulationError(
+            f"the cached Gaudi emulator {library} does not load ({exc}); fix: run "
+            "`python -m hpu_plugin.emulation build --force` to rebuild it"
+        ) from exc
 
+
+def _build(directory: Path, *, verbose: bool, force: bool = False) -> ModuleType:
     _check_compiler()
     _ninja_on_path()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EmulationError(
-            f"cannot create the emulator build cache {directory} ({exc.strerror}); "
+            f"cannot create the emulator build cache {directory.parent} ({exc.strerror}); "
             "fix: set HPU_PLUGIN_CACHE_DIR to a writable directory"
         ) from None
-    with open(directory.parent / f"{directory.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; others wait and reuse it
-        library = _library(directory)
-        if library.exists():
-            return _import_library(library)
-        sys.stderr.write(
-            f"hpu_plugin: compiling the Gaudi emulator for torch {_torch_version()} "
-            f"(once, about a minute) into {directory} ...\n"
-        )
-        sys.stderr.flush()
-        try:
-            from torch.utils.cpp_extension import load as cpp_load
-
-            module = cpp_load(
-                name=NAME,
-                sources=[str(CSRC / name) for name in SOURCES],
-                extra_cflags=list(CFLAGS),
-                build_directory=str(directory),
-                with_cuda=False,
-                verbose=verbose,
-            )
-        except EmulationError:
-            raise
-        except (Exception, SystemExit) as exc:
-            raise EmulationError(_explain(exc, directory)) from exc
-        sys.stderr.write("hpu_plugin: the Gaudi emulator is built.\n")
+    with cache.locked(cache.lock_path(directory), exclusive=True):
+        problem = cache.check(directory, _library(directory).name)
+        if problem is None and not force:  # another process built it while we waited
+            return _import_checked(directory)
+        staging = cache.staging_dir(directory)
+        module = _compile(staging, verbose=verbose)
+        cache.publish(staging, directory, _library(staging).name)
         return module
+
+
+def rebuild(*, verbose: bool = False) -> Path:
+    """Build afresh, replacing the cached build (``build --force``); the build directory."""
+    directory = build_dir()
+    _build(directory, verbose=verbose, force=True)
+    return directory
+
+
+def _compile(staging: Path, *, verbose: bool) -> ModuleType:
+    sys.stderr.write(
+        f"hpu_plugin: compiling the Gaudi emulator for torch {_torch_version()} "
+        f"(once, about a minute) into {staging.parent} ...\n"
+    )
+    sys.stderr.flush()
+    try:
+        from torch.utils.cpp_extension import load as cpp_load
+
+        module = cpp_load(
+            name=NAME,
+            sources=[str(CSRC / name) for name in SOURCES],
+            extra_cflags=list(CFLAGS),
+            build_directory=str(staging),
+            with_cuda=False,
+            verbose=verbose,
+        )
+    except EmulationError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    except (Exception, SystemExit) as exc:
+        message = _explain(exc, build_dir())
+        shutil.rmtree(staging, ignore_errors=True)
+        raise EmulationError(message) from exc
+    sys.stderr.write("hpu_plugin: the Gaudi emulator is built.\n")
+    return module
 
 
 def _torch_version() -> str:

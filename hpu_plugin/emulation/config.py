@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hpu_plugin import settings
 from hpu_plugin.emulation.errors import EmulationError
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
@@ -26,10 +27,10 @@ GIB = 1024**3
 
 #: What HPU_PLUGIN_EMULATE accepts (any case); every other non-off value is refused.
 GENERATION_KEYS = ("gaudi", "gaudi2", "gaudi3")
-_ON_MEANS_GAUDI2 = {"1", "true", "yes", "on"}
-_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
-          "mib": 1024**2, "g": GIB, "gb": 1000**3, "gib": GIB, "t": 1024**4, "tb": 1000**4,
-          "tib": 1024**4}
+#: Launcher variables the emulator reads: checked before it starts, so a bad one stops
+#: activation before anything runs instead of failing later in the hccl import.
+RANK_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def _int_list(name: str, value: str, accepted: str) -> list[int]:
     """HPU_PLUGIN_EMULATE_MODULES: the emulator's own variable (the Gaudi ones go through
     ``hpu_plugin.gaudi.visibility``)."""
     parts = [p.strip() for p in value.split(",")]
-    if not all(re.fullmatch(r"\d+", p) for p in parts):
+    if not all(re.fullmatch(r"[0-9]{1,3}", p, re.ASCII) for p in parts):
         raise EmulationError(
             f"{name}={value!r} is not a comma-separated list of integers; accepted: {accepted}"
         )
@@ -77,14 +78,22 @@ def _int_list(name: str, value: str, accepted: str) -> list[int]:
 
 
 def parse_memory(value: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", value)
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in _UNITS or float(match.group(1)) <= 0:
-        raise EmulationError(
-            f"HPU_PLUGIN_EMULATE_MEMORY={value!r} is not a memory size; accepted: a positive "
-            "number with an optional unit, e.g. 96GiB, 512MiB, 1073741824"
-        )
-    return int(float(match.group(1)) * _UNITS[unit])
+    """``HPU_PLUGIN_EMULATE_MEMORY``: whole bytes, 1 MiB to 1 PiB (the settings parser)."""
+    try:
+        return settings.size("HPU_PLUGIN_EMULATE_MEMORY", value)
+    except settings.SettingError as exc:
+        raise EmulationError(str(exc)) from None
+
+
+def check_launcher_variables(environ: Mapping[str, str]) -> None:
+    """Every launcher variable the emulator reads must be a non-negative integer."""
+    for name in RANK_VARIABLES:
+        raw = environ.get(name)
+        if raw is not None and raw.strip():
+            try:
+                settings.rank(name, raw)
+            except settings.SettingError as exc:
+                raise EmulationError(str(exc)) from None
 
 
 @dataclass(frozen=True)
@@ -111,7 +120,7 @@ def server(environ: Mapping[str, str] = os.environ) -> Server:
     """The emulated server as ``hl-smi`` shows it; an EmulationError for a bad variable."""
     raw = environ.get("HPU_PLUGIN_EMULATE", "").strip()
     key = raw.lower()
-    if key in _ON_MEANS_GAUDI2:
+    if key in settings.ON_WORDS:
         key = "gaudi2"
     if key not in GENERATION_KEYS:
         raise EmulationError(
@@ -123,7 +132,8 @@ def server(environ: Mapping[str, str] = os.environ) -> Server:
     devices_raw = environ.get("HPU_PLUGIN_EMULATE_DEVICES", "").strip()
     modules_raw = environ.get("HPU_PLUGIN_EMULATE_MODULES", "").strip()
     if devices_raw:
-        if not re.fullmatch(r"\d+", devices_raw) or not 1 <= int(devices_raw) <= MAX_DEVICES:
+        if (not re.fullmatch(r"[0-9]{1,2}", devices_raw, re.ASCII)
+                or not 1 <= int(devices_raw) <= MAX_DEVICES):
             raise EmulationError(
                 f"HPU_PLUGIN_EMULATE_DEVICES={devices_raw!r} is not a device count; accepted: "
                 f"an integer from 1 to {MAX_DEVICES} (a server has at most {MAX_DEVICES})"
@@ -169,6 +179,7 @@ def server(environ: Mapping[str, str] = os.environ) -> Server:
 def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
     """The configuration, or an EmulationError naming the variable and accepted values."""
     srv = server(environ)
+    check_launcher_variables(environ)
     modules = list(srv.modules)
     visible = list(srv.container_indices)
     wanted = _gaudi_rule(lambda: visibility.visible_modules(environ))
@@ -218,9 +229,11 @@ def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> i
             )
         return own
     local_rank = environ.get("LOCAL_RANK", "").strip()
-    if local_rank and re.fullmatch(r"\d+", local_rank):
+    if local_rank and re.fullmatch(r"[0-9]{1,3}", local_rank, re.ASCII):
         rank = int(local_rank)
         if environ.get(visibility.MODULES, "").strip():
+            if len(visible_modules) == 1:
+                return visible_modules[0]  # one module per worker (Ray, Kubernetes)
             if rank >= len(visible_modules):
                 raise EmulationError(
                     f"LOCAL_RANK={rank} has no entry in HABANA_VISIBLE_MODULES={accepted}; "

@@ -7,20 +7,18 @@ no torch.distributed eagerly.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
-import shutil
-import stat
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
 
-from hpu_plugin.activation import real_gaudi_installed
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
+from hpu_plugin.gaudi.software import STANDINS as _STANDINS
+from hpu_plugin.gaudi.software import real_gaudi_installed
 
-STANDINS = Path(__file__).parent / "standins"
+STANDINS = Path(_STANDINS)
 
 _state: dict[str, object] = {}
 
@@ -133,27 +131,7 @@ def _let_autograd_threads_finish() -> None:
 
 
 def _install_hlsmi_shim() -> None:
-    """An ``hl-smi`` on PATH for this process and its children, unless a real one exists."""
-    if shutil.which("hl-smi"):
-        return
-    from hpu_plugin.emulation.build import cache_root
+    """An ``hl-smi`` on PATH for this process and its children (see ``fake_hlsmi.install_shim``)."""
+    from hpu_plugin.emulation.fake_hlsmi import install_shim
 
-    # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
-    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    directory = cache_root() / "bin" / tag
-    shim = directory / "hl-smi"
-    text = (
-        "#!/bin/sh\n"
-        "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
-        f'exec "{sys.executable}" -m hpu_plugin.emulation.hlsmi "$@"\n'
-    )
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if not shim.exists() or shim.read_text() != text:
-            tmp = directory / f".hl-smi.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-            tmp.replace(shim)
-    except OSError:
-        return  # the shim is a convenience; python -m hpu_plugin.emulation.hlsmi still works
-    os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")
+    install_shim()

@@ -1,11 +1,12 @@
 """Environment defaults the plugin applies, each only where the user set nothing, and the
-parsers of the Gaudi switches they concern (gaudi-facts.md §2)."""
+parsers of the Gaudi switches they concern."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, MutableMapping
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi.errors import GaudiConfigError
 
 LAZY_MODE = "PT_HPU_LAZY_MODE"
@@ -19,8 +20,8 @@ DEFAULTS: Mapping[str, str] = {
     LAZY_MODE: "0",
 }
 
-_TRUE = {"1", "true", "on", "yes"}
-_FALSE = {"0", "false", "off", "no"}
+_TRUE = settings.ON_WORDS
+_FALSE = settings.OFF_WORDS - {""}
 
 
 class EnvironmentValueError(GaudiConfigError):

@@ -1,4 +1,4 @@
-"""The one error type of the Gaudi rules, and the findings ``hpu-plugin doctor`` reports.
+"""The one error type of the Gaudi rules (its findings are in ``findings``).
 
 Every rule names four things, because a user who meets the message must be able to act on
 it without reading our code: the input at fault (variable), its value, what is supported,
@@ -9,12 +9,8 @@ a ``ValueError`` for callers that know nothing of hooks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
+from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.hookspecs import Refusal
-
-Severity = Literal["error", "warning", "info", "ok"]
 
 
 class GaudiConfigError(Refusal):
@@ -42,25 +38,3 @@ class GaudiConfigError(Refusal):
             message=str(self),
             fix=self.fix,
         )
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One line of ``hpu-plugin doctor``: a rule, what it found, and what to do."""
-
-    check: str
-    severity: Severity
-    message: str
-    fix: str = ""
-    variable: str = ""
-    value: str | None = None
-
-    def to_dict(self) -> dict[str, str | None]:
-        return {
-            "check": self.check,
-            "severity": self.severity,
-            "message": self.message,
-            "fix": self.fix,
-            "variable": self.variable,
-            "value": self.value,
-        }

@@ -1,6 +1,7 @@
-"""``hl-smi`` CSV output: the parser the plugin uses and the formatter the emulator prints with.
+"""The real ``hl-smi``: running it, and parsing its CSV output (plus the formatter the
+emulator's fake tool, ``hpu_plugin.emulation.fake_hlsmi``, prints with).
 
-The format follows the real tool (gaudi-facts.md §3, Habana "Multiple Dockers" page):
+The format follows the real tool (Habana "Multiple Dockers" page):
 ``hl-smi -Q index,module_id -f csv`` prints a header line ``index, module_id`` and one row per
 device, fields separated by a comma and a space, rows in no particular order.
 ``-f csv,noheader`` drops the header. Whether quantities such as ``memory.total`` carry a
@@ -14,7 +15,6 @@ print what this parser reads, and both what the real tool prints.
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import shutil
@@ -22,6 +22,7 @@ import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi.errors import GaudiConfigError
 
 INDEX_MODULE_FIELDS = ("index", "module_id")
@@ -142,19 +143,11 @@ class HlSmiQuery:
 def default_timeout() -> float:
     """``HPU_PLUGIN_HLSMI_TIMEOUT`` in seconds; a value we cannot use is an error, since a
     silently replaced or infinite timeout is how a stuck driver turns into a hang."""
-    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT", "").strip()
-    if not raw:
-        return TIMEOUT
+    raw = os.environ.get("HPU_PLUGIN_HLSMI_TIMEOUT")
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise GaudiConfigError(
-            "HPU_PLUGIN_HLSMI_TIMEOUT", raw, "a finite number of seconds above 0",
-            f"set it to e.g. {TIMEOUT:g}, or unset it for the default of {TIMEOUT:g} s",
-        )
-    return value
+        return settings.seconds("HPU_PLUGIN_HLSMI_TIMEOUT", raw, TIMEOUT, maximum=3600)
+    except settings.SettingError as exc:
+        raise GaudiConfigError(exc.variable, exc.value, exc.accepted, exc.fix) from None
 
 
 def query(
@@ -174,22 +167,25 @@ def query(
         return HlSmiQuery(None, missing=True, reason=f"{executable} not found on PATH")
     command = [path, "-Q", ",".join(fields), "-f", "csv"]
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        ran = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return HlSmiQuery(
             None, reason=f"`{' '.join(command)}` did not answer in {timeout:g} s", timed_out=True
         )
     except OSError as exc:
         return HlSmiQuery(None, reason=f"`{' '.join(command)}` could not run: {exc}")
-    if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines()
+    # A driver tool may print bytes that are not UTF-8: read them as such, never fail on them.
+    stdout = ran.stdout.decode("utf-8", errors="replace")
+    stderr = ran.stderr.decode("utf-8", errors="replace")
+    if ran.returncode != 0:
+        detail = (stderr or stdout).strip().splitlines()
         return HlSmiQuery(
             None,
-            reason=f"`{' '.join(command)}` exited {done.returncode}: "
+            reason=f"`{' '.join(command)}` exited {ran.returncode}: "
             f"{detail[-1] if detail else 'no output'}",
         )
     try:
-        return HlSmiQuery(parse_csv(done.stdout, fields))
+        return HlSmiQuery(parse_csv(stdout, fields))
     except HlSmiError as exc:
         return HlSmiQuery(None, reason=str(exc))
 

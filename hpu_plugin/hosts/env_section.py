@@ -12,7 +12,7 @@ from collections.abc import Mapping
 def gaudi_section(shown: Mapping[str, str] | None = None) -> dict[str, str]:
     """``hpu-plugin info`` in brief, minus the keys the host already shows; never raises."""
     try:
-        from hpu_plugin.cli import gaudi_summary
+        from hpu_plugin.diagnostics.summary import gaudi_summary
 
         summary = gaudi_summary()
     except Exception as exc:  # a diagnostic must not fail the host's command

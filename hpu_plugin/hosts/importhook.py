@@ -123,6 +123,9 @@ def _run(name: str, module: types.ModuleType, callback: Callback) -> None:
     try:
         callback(module)
     except Exception as exc:  # an adapter fault must never break the host's import
+        from hpu_plugin.hosts.patching import record_out
+
+        record_out(name.split(".")[0], f"for {name}", f"failed: {exc!r}")
         log.warning(
             "hpu_plugin: the adapter for %s (%s) failed and stays out: %r",
             name, getattr(callback, "__qualname__", callback), exc,
@@ -144,6 +147,11 @@ def finder() -> PostImportFinder:
 
 def when_imported(name: str, callback: Callback) -> None:
     finder().when_imported(name, callback)
+
+
+def pending() -> list[str]:
+    """The modules some callback still waits for (the diagnostics import them to see)."""
+    return list(_finder.pending) if _finder is not None else []
 
 
 def remove() -> None:

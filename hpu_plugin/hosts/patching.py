@@ -19,6 +19,8 @@ log = logging.getLogger("hpu_plugin")
 
 _MISSING = object()
 _said: set[str] = set()
+#: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
+stayed_out: dict[str, str] = {}
 
 
 def host_version(distribution: str) -> str:
@@ -36,13 +38,50 @@ def say_once(key: str, level: int, message: str, *args: object) -> None:
     log.log(level, message, *args)
 
 
+def record_out(host: str, adapter: str, reason: str) -> None:
+    """Remember that an adapter is not installed, and why (the diagnostics show it)."""
+    stayed_out.setdefault(f"{host} {adapter}", reason)
+
+
 def stay_out(host: str, adapter: str, missing: str) -> None:
     """The one line an adapter logs when the host is not what it was written for."""
+    record_out(host, adapter, f"{host} {host_version(host)} has no {missing}")
     say_once(
         f"stay-out:{host}:{adapter}", logging.WARNING,
         "hpu_plugin: %s %s has no %s; the %s adapter stays out (supported: see the "
         "hpu-plugin README).", host, host_version(host), missing, adapter,
     )
+
+
+def ours(replacement: Any) -> Any:
+    """Mark ``replacement`` as the plugin's, so a second install never wraps it again."""
+    replacement.__hpu_plugin__ = True
+    return replacement
+
+
+def is_ours(value: object) -> bool:
+    return bool(getattr(value, "__hpu_plugin__", False))
+
+
+def original_of(
+    owner: Any, name: str, host: str, adapter: str, missing: str, *, found: bool = True,
+    own: bool = False,
+) -> Any | None:
+    """The host attribute an adapter replaces, or ``None`` when the adapter has nothing to do.
+
+    The sequence every ``install_*`` starts with: look ``name`` up on ``owner`` (in its own
+    ``__dict__`` with ``own``, so an inherited attribute is not taken for the class's); when it
+    is missing, or ``found`` (the adapter's other prerequisites) is false, log the one
+    stay-out line naming ``missing``; when it is already ours, stay quiet.
+    """
+    if owner is None:
+        value = None
+    else:
+        value = vars(owner).get(name) if own else getattr(owner, name, None)
+    if value is None or not found:
+        stay_out(host, adapter, missing)
+        return None
+    return None if is_ours(value) else value
 
 
 def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -> Any:
@@ -55,9 +94,7 @@ def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -
     ):
         replacement._dynamo_marked_constant = True  # type: ignore[attr-defined]
     replacement.__doc__ = original.__doc__
-    cached = functools.lru_cache(replacement)
-    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return cached
+    return ours(functools.lru_cache(replacement))
 
 
 class Patches:
@@ -65,6 +102,10 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        """Record a change made another way than :meth:`set` (it is undone in order)."""
+        self._undo.append(undo)
 
     def set(self, owner: Any, name: str, value: Any) -> None:
         old = vars(owner).get(name, _MISSING)
@@ -79,10 +120,6 @@ class Patches:
             else:
                 setattr(owner, name, old)
 
-        self._undo.append(undo)
-
-    def on_undo(self, undo: Callable[[], None]) -> None:
-        """Run ``undo`` with the others, for changes that are not attributes (kernels)."""
         self._undo.append(undo)
 
     def replace_everywhere(

@@ -1,55 +1,28 @@
 """``hpu-plugin`` run as users run it: in a subprocess, with no Gaudi at all, and with an
-``hl-smi`` on PATH printing what the real tool prints (gaudi-facts.md §3)."""
+``hl-smi`` on PATH printing what the real tool prints."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from processes import no_hlsmi_path, run_cli, scrubbed
 
 # "Multiple Dockers" page sample: 6 devices, unsorted, comma-space.
 DOCKER_SAMPLE = "index, module_id\n3, 6\n1, 4\n2, 7\n0, 5\n4, 2\n6, 0\n"
-GAUDI_VARS = (
-    "HPU_PLUGIN_EMULATE",
-    "HPU_PLUGIN_DISABLE",
-    "HPU_PLUGIN_ONLY",
-    "HPU_PLUGIN_NO_THIRD_PARTY",
-    "HABANA_VISIBLE_MODULES",
-    "HABANA_VISIBLE_DEVICES",
-    "HLS_MODULE_ID",
-    "PT_HPU_LAZY_MODE",
-    "PT_ENABLE_INT64_SUPPORT",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "RANK",
-)
 
 
 def clean_env(path_dirs: list[Path] = (), **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in GAUDI_VARS}
-    # Only the interpreter's directory and the given dirs: no real hl-smi can leak in.
-    env["PATH"] = os.pathsep.join(
-        [*map(str, path_dirs), str(Path(sys.executable).parent), "/usr/bin", "/bin"]
-    )
-    env.update(extra)
-    return env
+    """No Gaudi setting, and a PATH where only ``path_dirs`` may hold an ``hl-smi``."""
+    return scrubbed(PATH=no_hlsmi_path(path_dirs), **extra)
 
 
 def run(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hpu_plugin", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_cli(*args, env=env, timeout=timeout)
 
 
 def fake_hlsmi(
@@ -139,7 +112,8 @@ def test_help_and_no_gaudi_info_import_no_torch():
             assert cli.main(["info"]) == 0
             assert cli.main(["plugins"]) == 0
         assert "torch" not in sys.modules, "torch imported with no Gaudi"
-        summary = cli.gaudi_summary()
+        from hpu_plugin.diagnostics.summary import gaudi_summary
+        summary = gaudi_summary()
         assert summary["Gaudi software"] == "not installed", summary
         assert all(isinstance(v, str) for v in summary.values())
         print("fine")

@@ -1,51 +1,20 @@
 """``hpu-plugin`` on the emulator (``HPU_PLUGIN_EMULATE``), in subprocesses: what it shows
-comes from the emulated ``torch.hpu`` and the emulator's ``hl-smi``. Skipped while the
-emulator is the skeleton's placeholder."""
+comes from the emulated ``torch.hpu`` and the emulator's ``hl-smi``. The ``emulator``
+fixture fails first, with the reason, when the emulator cannot start."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
+from processes import emulated, run_cli
 
 pytestmark = pytest.mark.e2e
 
 
-def emulated(**extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(
-            (
-                "HPU_PLUGIN_",
-                "HABANA_",
-                "PT_HPU_",
-                "PT_ENABLE_",
-                "HLS_",
-                "LOCAL_RANK",
-                "RANK",
-                "WORLD_SIZE",
-                "LOCAL_WORLD_SIZE",
-            )
-        )
-    }
-    env.update(HPU_PLUGIN_EMULATE="1", OMP_NUM_THREADS="1")
-    env.update(extra)
-    return env
-
-
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hpu_plugin", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_cli(*args, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,23 @@
-"""``hl-smi`` for the emulated server: the query form the Gaudi tooling and docs use.
+"""The emulator's fake ``hl-smi``: answers the query form the Gaudi tooling and docs use.
 
-``python -m hpu_plugin.emulation.hlsmi -Q index,module_id -f csv`` prints what the real tool
-prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
+(The real tool's output is read by ``hpu_plugin.gaudi.hlsmi``.)
+``python -m hpu_plugin.emulation.fake_hlsmi -Q index,module_id -f csv`` prints what the real
+tool prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
 plugin reads it with). Does not import torch.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import re
+import shlex
+import shutil
+import stat
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
@@ -77,6 +84,60 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"AIP ({fields['name']}) {index}: module_id {fields['module_id']}, "
               f"bus_id {fields['bus_id']}, memory {fields['memory.total']}")
     return 0
+
+
+#: An interpreter path the kernel can take from a ``#!`` line: absolute, no whitespace,
+#: short enough for every kernel's limit (127 bytes on older Linux).
+_SHEBANG_SAFE = re.compile(r"/[^\s]{1,120}")
+
+
+def shim_text(executable: str = sys.executable) -> str:
+    """The ``hl-smi`` shim that runs this module with ``executable``.
+
+    A Python script with ``executable`` on its ``#!`` line: no shell reads the path, so a
+    path containing ``$(...)``, quotes or backticks is a path, never a command. A path the
+    ``#!`` line cannot hold (spaces, too long) gets a POSIX ``sh`` script in which the path
+    is one single-quoted word (``shlex.quote``), which no shell expands either.
+    """
+    if _SHEBANG_SAFE.fullmatch(executable):
+        return (
+            f"#!{executable}\n"
+            "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
+            "import sys\n\n"
+            "from hpu_plugin.emulation.fake_hlsmi import main\n\n"
+            "sys.exit(main())\n"
+        )
+    return (
+        "#!/bin/sh\n"
+        "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
+        f'exec {shlex.quote(executable)} -m hpu_plugin.emulation.fake_hlsmi "$@"\n'
+    )
+
+
+def install_shim() -> Path | None:
+    """Put an ``hl-smi`` on PATH for this process and its children, unless a real one
+    exists; its directory, or ``None`` when none was installed (the shim is a convenience:
+    ``python -m hpu_plugin.emulation.fake_hlsmi`` always works)."""
+    if shutil.which("hl-smi"):
+        return None
+    from hpu_plugin.emulation.build import cache_root
+
+    # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
+    tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
+    directory = cache_root() / "bin" / tag
+    shim = directory / "hl-smi"
+    text = shim_text()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not shim.exists() or shim.read_text() != text:
+            tmp = directory / f".hl-smi.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            tmp.replace(shim)
+    except (OSError, UnicodeError):
+        return None
+    os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")
+    return directory
 
 
 if __name__ == "__main__":

@@ -1,0 +1,106 @@
+"""``hpu-plugin info``: versions, activation, mode, plugins, hooks, and the decisions now."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin import __version__
+from hpu_plugin.diagnostics import probe
+from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
+
+
+def _decide(call: Callable[[], Any]) -> str:
+    from hpu_plugin.hookspecs import Refusal
+
+    try:
+        result = call()
+    except Refusal as exc:
+        return f"refused: {exc}"
+    except Exception as exc:
+        return f"failed: {exc!r}"
+    return "no opinion" if result is None else repr(result)
+
+
+def _versions() -> dict[str, str | None]:
+    return {
+        "hpu-plugin": __version__,
+        "python": sys.version.split()[0],
+        "torch": probe.version("torch"),
+        "transformers": probe.version("transformers"),
+        "accelerate": probe.version("accelerate"),
+        "pluggy": probe.version("pluggy"),
+        "gaudi_software": probe.version(GAUDI_DISTRIBUTION)
+        or ("emulated" if probe.emulation_requested() else None),
+    }
+
+
+def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
+    """Ask every deciding hook what it would answer now, as the hosts would."""
+    decisions: dict[str, str] = {}
+    available = _decide(registry.device_available)
+    decisions["hpu_device_available"] = available
+    if available != "True":
+        return False, decisions
+    decisions["hpu_device_properties"] = _decide(registry.device_properties)
+    decisions["hpu_compile_backend(None)"] = _decide(
+        lambda: registry.compile_backend(None, DEVICE_TYPE)
+    )
+    decisions["hpu_compile_backend('inductor')"] = _decide(
+        lambda: registry.compile_backend("inductor", DEVICE_TYPE)
+    )
+    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None, DEVICE_TYPE))
+    decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
+        lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
+    )
+    for kind in ("length", "batch", "cache"):
+        decisions[f"hpu_shape_buckets({kind}, 4096)"] = _decide(
+            lambda kind=kind: registry.shape_buckets(kind, DEVICE_TYPE, 4096)
+        )
+    return True, decisions
+
+
+def _import_time_compiles() -> int:
+    """``torch.compile`` calls libraries made while imported in this process: their backend
+    was replaced, logged at debug (the user did not write them)."""
+    adapter = sys.modules.get("hpu_plugin.hosts.torch_adapter")
+    return len(getattr(adapter, "import_time_decorations", ()))
+
+
+def collect_info() -> dict[str, Any]:
+    activation = probe.import_torch()
+    environ = probe.environ_with_defaults()
+    from hpu_plugin.hosts import support  # tested, untested, out of range; adapters left out
+
+    info: dict[str, Any] = {
+        "versions": _versions(),
+        "support": support.report(),
+        "gaudi": probe.gaudi_expected(),
+        "emulated": probe.emulation_requested() and not probe.gaudi_software(),
+        "activation": activation,
+        "mode": probe.mode_text(environ),
+        "available": False,
+        "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
+        "import_time_compiles": _import_time_compiles(),
+    }
+    from hpu_plugin.registry import get_registry
+
+    try:
+        registry = get_registry()
+    except Exception as exc:  # a bad switch value: report it
+        info["plugins"] = {"error": str(exc)}
+        info["hooks"] = {}
+        info["hook_kinds"] = {}
+        info["decisions"] = {}
+        return info
+    info["plugins"] = {
+        name: {"status": r.status, "distribution": r.distribution, "hooks": list(r.hooks)}
+        for name, r in registry.records.items()
+    }
+    info["hooks"] = {hook: registry.call_order(hook) for hook in probe.HOOKS}
+    info["hook_kinds"] = {hook: registry.call_order_detail(hook) for hook in probe.HOOKS}
+    info["decisions"] = {}
+    if probe.gaudi_expected():
+        info["available"], info["decisions"] = _decisions(registry)
+    return info

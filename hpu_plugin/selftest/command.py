@@ -1,0 +1,151 @@
+"""``hpu-plugin selftest``: run the checks, print the table or JSON, write the report.
+
+Exit status: 0 when every check that could run passed, 1 when a check failed (or hung, or
+crashed), 2 when the environment cannot run the checks (no Gaudi software and no emulation,
+the plugin not active, torch not importable, or no check could run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from hpu_plugin.selftest import catalog, faults, protocol
+from hpu_plugin.selftest.placement import Placement
+from hpu_plugin.selftest.report import document, table
+from hpu_plugin.selftest.runner import Outcome, run_check
+
+PROBE_LIMIT = 180.0
+#: Set by a launcher in the shell the user runs from; each check sets its own.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
+                      "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "HLS_MODULE_ID")
+
+
+def add_parser(sub: Any) -> None:
+    """The subcommand's options, on the ``hpu-plugin`` parser's subparsers."""
+    parser = sub.add_parser(
+        "selftest", help="run end-to-end checks on this machine's Gaudi (or the emulator)",
+        description="Run the end-to-end checks, each in its own process with a time limit. "
+        "Exit 0: all passed; 1: a check failed; 2: the checks cannot run here.",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--report", metavar="FILE", help="write a bug report (JSON) to FILE")
+    parser.add_argument("--only", metavar="CHECK", action="append",
+                        help=f"run only this check (repeatable): {', '.join(catalog.NAMES)}")
+    parser.add_argument("--skip", metavar="CHECK", action="append", help="leave out this check")
+    parser.add_argument("--time-limit", type=float, metavar="SECONDS",
+                        help="time limit of every check (default: each check's own)")
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
+    env["HF_HUB_OFFLINE"] = "1"  # the checks build their models; nothing is downloaded
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _probe(env: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """The probe's findings, and why the checks cannot run ("" when they can)."""
+    outcome = run_check("probe", "hpu_plugin.selftest.probe", PROBE_LIMIT, env)
+    if outcome.status != protocol.PASS:
+        return {}, f"the environment probe failed ({outcome.reason}):\n{outcome.tail}"
+    probe = outcome.details
+    if "torch_error" in probe:
+        return probe, f"import torch failed: {probe['torch_error']}"
+    activation = probe["activation"]
+    if activation.get("status") != "active":
+        return probe, (
+            f"the plugin is {activation.get('status')}: {activation.get('reason')}; "
+            "see `hpu-plugin doctor`"
+        )
+    return probe, ""
+
+
+def _listed_modules(probe: dict[str, Any]) -> list[int] | None:
+    rows = (probe.get("hl_smi") or {}).get("rows")
+    if not rows:
+        return None
+    try:
+        return [int(r["module_id"]) for r in sorted(rows, key=lambda r: int(r["index"]))]
+    except (KeyError, ValueError):
+        return None
+
+
+def _run_one(check: catalog.Check, placement: Placement, env: dict[str, str],
+             limit: float | None) -> Outcome:
+    """Run ``check``, again on other modules while the chosen ones are held by others."""
+    spent = 0.0
+    while True:
+        modules, why = placement.choose(check.modules_needed)
+        if modules == []:
+            return Outcome(check.name, protocol.CANNOT_RUN, spent, why)
+        child = dict(env)
+        chosen = ",".join(map(str, modules)) if modules else ""
+        if chosen:
+            child["HABANA_VISIBLE_MODULES"] = chosen
+        outcome = run_check(check.name, check.target, limit or check.limit, child, chosen)
+        outcome.seconds += spent
+        busy = outcome.details.get("busy_module") if outcome.status == protocol.CANNOT_RUN else None
+        if busy is None or not placement.mark_busy(str(busy)):
+            return outcome
+        spent = outcome.seconds
+
+
+def _exit_status(outcomes: list[Outcome], problem: str) -> int:
+    if any(o.failed for o in outcomes):
+        return 1
+    if problem or not any(o.status == protocol.PASS for o in outcomes):
+        return 2
+    return 0
+
+
+def _environment_problem() -> str:
+    from hpu_plugin.activation import emulation_requested
+    from hpu_plugin.gaudi.software import real_gaudi_installed
+
+    if not real_gaudi_installed() and not emulation_requested(os.environ):
+        return ("no Gaudi here: the Gaudi software (habana_frameworks) is not installed and "
+                "HPU_PLUGIN_EMULATE is not set; run on a Gaudi host, or set "
+                "HPU_PLUGIN_EMULATE=1 to check the emulator")
+    return ""
+
+
+def run(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    try:
+        checks = catalog.select(args.only, args.skip)
+        faults.parse()
+        if args.time_limit is not None and not args.time_limit > 0:
+            raise ValueError(f"--time-limit {args.time_limit:g}: give a number of seconds above 0")
+    except ValueError as exc:
+        print(f"hpu-plugin selftest: {exc}", file=sys.stderr)
+        return 2
+    env = _child_env()
+    problem, probe, outcomes, placement = _environment_problem(), {}, [], None
+    if not problem:
+        probe, problem = _probe(env)
+    if not problem:
+        try:
+            placement = Placement(_listed_modules(probe))
+        except ValueError as exc:
+            problem = str(exc)
+    if placement is not None and not problem:
+        for check in checks:
+            outcomes.append(_run_one(check, placement, env, args.time_limit))
+            if not args.json:
+                print(f"  {check.name}: {outcomes[-1].status} ({outcomes[-1].seconds:.1f} s)",
+                      file=sys.stderr, flush=True)
+    status = _exit_status(outcomes, problem)
+    doc = document(outcomes, probe, placement.to_dict() if placement else {}, status, problem,
+                   time.monotonic() - start)
+    if args.report:
+        with open(args.report, "w") as handle:
+            json.dump(doc, handle, indent=2, default=str)
+    print(json.dumps(doc, indent=2, default=str) if args.json else table(doc))
+    if args.report and not args.json:
+        print(f"report written to {args.report}: attach it to your issue")
+    return status

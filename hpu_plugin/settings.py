@@ -1,0 +1,163 @@
+"""One parser for every environment value the plugin reads: switches, numbers, sizes, times.
+
+Each parser takes the variable's name and its raw text and returns the value or raises
+:class:`SettingError`, whose message names the variable, quotes the value and states the
+accepted form, so the user can act on it. Digits are ASCII only: ``int("٣")`` is 3 in
+Python, but no launcher or shell means it, and a value that only Python reads as a number
+is a typo to report, not a setting to guess at.
+
+Depends on nothing else in the package (it runs in ``hpu_plugin.pth`` and inside
+``import torch``), and imports nothing heavier than ``re``.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Words that turn a switch on or off, in any case. The one home of these sets: the
+#: registry, activation, the emulator's configuration and the ``.pth`` all read them here.
+ON_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
+OFF_WORDS: frozenset[str] = frozenset({"", "0", "false", "no", "off"})
+
+#: Longest text a number may have: Python's ``int()`` on thousands of digits is slow and
+#: its float overflows; no sensible setting needs more.
+MAX_DIGITS = 30
+#: Largest memory size accepted (1 PiB): the emulator's runtime keeps sizes in int64 and
+#: adds them up; far above any Gaudi (128 GiB), far below overflow.
+MAX_SIZE = 1024**5
+#: Smallest memory size accepted: a device must hold at least one small tensor.
+MIN_SIZE = 1024**2
+
+SIZE_UNITS: dict[str, int] = {
+    "": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
+    "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4,
+    "tb": 1000**4, "tib": 1024**4,
+}
+
+_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+", re.ASCII)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", re.ASCII)
+
+
+class SettingError(ValueError):
+    """An environment variable holds a value the plugin cannot use.
+
+    ``variable``, ``value`` and ``accepted`` are kept for diagnostics (``hpu-plugin
+    doctor`` prints them as a finding with a fix).
+    """
+
+    def __init__(self, variable: str, value: str, accepted: str, fix: str = "") -> None:
+        self.variable, self.value, self.accepted = variable, value, accepted
+        self.fix = fix or f"set {variable} to {accepted}, or unset it"
+        super().__init__(f"{variable}={value!r} is not usable; accepted: {accepted}; "
+                         f"fix: {self.fix}")
+
+
+def switch(variable: str, raw: str | None, default: bool = False) -> bool:
+    """An on/off switch: one of :data:`ON_WORDS` or :data:`OFF_WORDS` (any case, spaces
+    around ignored); ``default`` when unset."""
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word in ON_WORDS:
+        return True
+    if word in OFF_WORDS:
+        return False
+    raise SettingError(variable, raw, "1/true/yes/on or 0/false/no/off (any case)")
+
+
+def is_on(raw: str | None) -> bool:
+    """Lenient reading for places that must never raise (the ``.pth``, activation's first
+    look): only an :data:`ON_WORDS` value is on."""
+    return raw is not None and raw.strip().lower() in ON_WORDS
+
+
+def is_off(raw: str | None) -> bool:
+    """Unset or an :data:`OFF_WORDS` value."""
+    return raw is None or raw.strip().lower() in OFF_WORDS
+
+
+def integer(variable: str, raw: str, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """A whole number in ASCII digits (optional sign), within ``[minimum, maximum]``."""
+    text = raw.strip()
+    accepted = _range_text("an integer", minimum, maximum)
+    if len(text) > MAX_DIGITS or not _INTEGER.fullmatch(text):
+        raise SettingError(variable, raw, accepted + " in ASCII digits")
+    value = int(text)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise SettingError(variable, raw, accepted)
+    return value
+
+
+def rank(variable: str, raw: str) -> int:
+    """``LOCAL_RANK``-like: a non-negative integer in ASCII digits, as launchers set it."""
+    text = raw.strip()
+    if len(text) > MAX_DIGITS or not re.fullmatch(r"[0-9]+", text, re.ASCII):
+        raise SettingError(
+            variable, raw, "a non-negative integer in ASCII digits",
+            f"let the launcher (torchrun, accelerate launch, mpirun) set {variable}, or "
+            "unset it",
+        )
+    return int(text)
+
+
+def seconds(variable: str, raw: str | None, default: float,
+            maximum: float = 7 * 24 * 3600) -> float:
+    """A positive, finite number of seconds (``2``, ``0.5``); ``default`` when unset/blank."""
+    if raw is None or not raw.strip():
+        return default
+    text = raw.strip()
+    accepted = (f"a number of seconds above 0 and at most {maximum:g}, in ASCII digits "
+                f"(e.g. {default:g} or 0.5)")
+    if len(text) > MAX_DIGITS or not _DECIMAL.fullmatch(text):
+        raise SettingError(variable, raw, accepted,
+                           f"set it to e.g. {default:g}, or unset it for the default "
+                           f"of {default:g} s")
+    value = float(text)
+    if not 0 < value <= maximum:
+        raise SettingError(variable, raw, accepted,
+                           f"set it to e.g. {default:g}, or unset it for the default "
+                           f"of {default:g} s")
+    return value
+
+
+def size(variable: str, raw: str, minimum: int = MIN_SIZE, maximum: int = MAX_SIZE) -> int:
+    """A memory size in whole bytes: a number with an optional unit (``96GiB``, ``512MiB``,
+    ``1.5GiB``, ``1073741824``), from ``minimum`` to ``maximum`` bytes."""
+    accepted = (f"a whole number of bytes from {_bytes_text(minimum)} to "
+                f"{_bytes_text(maximum)}, as a number with an optional unit "
+                "(B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 96GiB, 512MiB, 1073741824")
+    match = _SIZE.fullmatch(raw.strip())
+    if match is None or len(match.group(1)) > MAX_DIGITS:
+        raise SettingError(variable, raw, accepted)
+    unit = match.group(2).lower()
+    if unit not in SIZE_UNITS:
+        raise SettingError(variable, raw, accepted)
+    whole, _, fraction = match.group(1).partition(".")
+    scale = 10 ** len(fraction)
+    numerator = (int(whole) * scale + int(fraction or "0")) * SIZE_UNITS[unit]
+    if numerator % scale:
+        raise SettingError(variable, raw, accepted)
+    value = numerator // scale
+    if not minimum <= value <= maximum:
+        raise SettingError(variable, raw, accepted)
+    return value
+
+
+def _range_text(what: str, minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"{what} from {minimum} to {maximum}"
+    if minimum is not None:
+        return f"{what} of at least {minimum}"
+    if maximum is not None:
+        return f"{what} of at most {maximum}"
+    return what
+
+
+def _bytes_text(value: int) -> str:
+    for unit, factor in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3),
+                         ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= factor and value % factor == 0:
+            return f"{value // factor} {unit}"
+    return f"{value} bytes"

@@ -1,0 +1,144 @@
+"""Which plugins may load: the ``HPU_PLUGIN_*`` switches, read and validated once.
+
+``HPU_PLUGIN_DISABLE=name,...``    skip these plugins, as pytest's ``-p no:name``
+                                   (``HPU_PLUGIN_DISABLE=1`` turns the whole package off)
+``HPU_PLUGIN_ONLY=name,...``       load only these plugins (first-party ones included)
+``HPU_PLUGIN_NO_THIRD_PARTY=1``    load no entry point outside this distribution
+``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is cut off (default 2)
+
+A name is an entry-point name as ``hpu-plugin plugins`` lists it, or, to pick one
+distribution's plugin when two distributions use the same name, ``distribution:name``
+(``distribution:*`` for all of that distribution's plugins, also those whose entry-point
+name cannot be written in a comma-separated list). A value we cannot use raises
+:class:`ConfigurationError`, naming the variable and the accepted form.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hpu_plugin import settings
+from hpu_plugin.loader import PluginRecord, normalise
+
+ENV_DISABLE = "HPU_PLUGIN_DISABLE"
+ENV_ONLY = "HPU_PLUGIN_ONLY"
+ENV_NO_THIRD_PARTY = "HPU_PLUGIN_NO_THIRD_PARTY"
+ENV_IMPORT_BUDGET = "HPU_PLUGIN_IMPORT_BUDGET"
+#: Seconds a plugin may spend being imported. Its import runs inside ``import torch``, so a
+#: plugin over budget would cost every program that time; it is cut off and skipped so that
+#: a report points at it and the user can disable it, rather than it going on unnoticed.
+DEFAULT_IMPORT_BUDGET = 2.0
+#: Longest budget accepted: a budget is a bound on a wait inside ``import torch``.
+MAX_IMPORT_BUDGET = 600.0
+
+#: Characters an entry-point name may have if a comma-separated switch is to name it.
+NAME = re.compile(r"^[\w.+-]+$")
+_QUALIFIED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*):(\*|[\w.+-]+)$")
+_FORM = ("plugin names as `hpu-plugin plugins` shows them, or distribution:name "
+         "(distribution:* for all of one distribution's plugins), separated by commas")
+
+
+class ConfigurationError(ValueError):
+    """A switch of ours holds a value we cannot use; the message names it and the fix."""
+
+
+def disable_value(record: PluginRecord) -> str:
+    """The ``HPU_PLUGIN_DISABLE`` value that turns off exactly this plugin, and that
+    :func:`names` accepts (what ``hpu-plugin doctor`` prints as a fix)."""
+    dist = normalise(record.distribution)
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", dist):
+        return record.name
+    return f"{dist}:{record.name if NAME.match(record.name) else '*'}"
+
+
+def names(environ: Mapping[str, str], variable: str) -> frozenset[str]:
+    """The names a comma-separated switch lists (empty for unset or an off word)."""
+    raw = environ.get(variable, "")
+    if settings.is_off(raw):
+        return frozenset()
+    listed = [part.strip() for part in raw.split(",") if part.strip()]
+    for name in listed:
+        if name.lower() in settings.ON_WORDS:
+            raise ConfigurationError(
+                f"{variable}={raw!r} mixes the switch {name!r} with plugin names: set "
+                f"{variable}=1 alone to turn hpu-plugin off, or list only {_FORM}."
+                if variable == ENV_DISABLE
+                else f"{variable}={raw!r} contains {name!r}, which is a switch value, not a "
+                f"plugin name: list {_FORM}, or unset it."
+            )
+        if not NAME.match(name) and not _QUALIFIED.match(name):
+            raise ConfigurationError(
+                f"{variable}={raw!r}: {name!r} cannot be a plugin name (letters, digits, "
+                f"'_', '-', '.' and '+' only): list {_FORM}."
+            )
+    if not listed:
+        raise ConfigurationError(
+            f"{variable}={raw!r} names no plugin: list {_FORM}, or unset {variable}."
+        )
+    return frozenset(_canonical(name) for name in listed)
+
+
+def _canonical(name: str) -> str:
+    match = _QUALIFIED.match(name)
+    return f"{normalise(match.group(1))}:{match.group(2)}" if match else name
+
+
+def _matches(listed: frozenset[str], record: PluginRecord) -> bool:
+    dist = normalise(record.distribution)
+    return bool({record.name, f"{dist}:{record.name}", f"{dist}:*"} & listed)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which plugins may load, from the environment switches."""
+
+    disabled: frozenset[str] = frozenset()
+    only: frozenset[str] | None = None
+    third_party: bool = True
+    import_budget: float = DEFAULT_IMPORT_BUDGET
+    #: ``HPU_PLUGIN_DISABLE=1``: activation never builds a registry; one built anyway
+    #: (``hpu-plugin plugins``) shows every plugin disabled rather than pretending.
+    package_off: bool = False
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Selection:
+        """Read and validate every switch; raise :class:`ConfigurationError` on a bad one."""
+        package_off = settings.is_on(environ.get(ENV_DISABLE))
+        disabled = frozenset() if package_off else names(environ, ENV_DISABLE)
+        only = names(environ, ENV_ONLY) if ENV_ONLY in environ else None
+        if only is not None and not only:
+            only = None  # HPU_PLUGIN_ONLY=0 / off / empty: no allowlist
+        try:
+            no_third = settings.switch(ENV_NO_THIRD_PARTY, environ.get(ENV_NO_THIRD_PARTY))
+            budget = settings.seconds(ENV_IMPORT_BUDGET, environ.get(ENV_IMPORT_BUDGET),
+                                      DEFAULT_IMPORT_BUDGET, MAX_IMPORT_BUDGET)
+        except settings.SettingError as exc:
+            raise ConfigurationError(str(exc)) from None
+        return cls(disabled=disabled, only=only, third_party=not no_third,
+                   import_budget=budget, package_off=package_off)
+
+    def refuses(self, record: PluginRecord) -> str | None:
+        """Why the plugin of ``record`` must not load, or ``None`` when it may."""
+        if self.package_off:
+            return f"{ENV_DISABLE}=1 turns hpu-plugin off"
+        if _matches(self.disabled, record):
+            return f"disabled by {ENV_DISABLE}"
+        if self.only is not None and not _matches(self.only, record):
+            return f"not in {ENV_ONLY}"
+        if not record.first_party and not self.third_party:
+            return f"third-party plugins off ({ENV_NO_THIRD_PARTY})"
+        return None
+
+    def unknown(self, records: list[PluginRecord]) -> dict[str, list[str]]:
+        """Names a switch lists that match no installed plugin, per switch (likely typos)."""
+        found: dict[str, list[str]] = {}
+        for variable, listed in ((ENV_DISABLE, self.disabled),
+                                 (ENV_ONLY, self.only or frozenset())):
+            missing = sorted(name for name in listed
+                             if not any(_matches(frozenset({name}), r) for r in records))
+            if missing:
+                found[variable] = missing
+        return found

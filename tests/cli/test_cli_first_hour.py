@@ -1,0 +1,52 @@
+"""What a new user sees first: no ``ok`` for a device that is not there, one error said once,
+and a non-zero exit when activation failed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from processes import emulated, no_hlsmi_path, run_cli, scrubbed
+
+
+def no_gaudi() -> dict[str, str]:
+    return scrubbed(PATH=no_hlsmi_path())
+
+
+def test_no_gaudi_reports_no_mode_and_no_ok():
+    info = run_cli("info", env=no_gaudi())
+    assert info.returncode == 0, info.stderr
+    assert "set by hpu-plugin" not in info.stdout
+    assert "Mode: none" in info.stdout
+    doctor = run_cli("doctor", env=no_gaudi())
+    assert doctor.returncode == 0, doctor.stderr
+    assert "[   ok]" not in doctor.stdout, doctor.stdout
+    findings = json.loads(run_cli("doctor", "--json", env=no_gaudi()).stdout)["findings"]
+    assert [f["severity"] for f in findings] == ["info"]
+
+
+def test_wrapper_and_implementation_of_one_plugin_named_once():
+    info = run_cli("info", env=no_gaudi()).stdout
+    line = next(x for x in info.splitlines() if x.strip().startswith("hpu_quantization"))
+    assert line.split()[1:] == ["quantization", "(wrapper,", "plain)"], line
+
+
+@pytest.mark.e2e
+def test_module_not_on_host_is_one_error_said_once():
+    done = run_cli("doctor", env=emulated(HABANA_VISIBLE_MODULES="0,9"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("[ERROR]" in line for line in lines) == 1, done.stdout
+    assert "module id(s) 9 not on this host" in done.stdout
+    assert not [line for line in lines if "[   ok]" in line or "[ WARN]" in line], done.stdout
+    assert "install the Gaudi driver tools" not in done.stdout
+    assert "module id(s) 9" not in done.stderr, done.stderr
+
+
+@pytest.mark.e2e
+def test_failed_activation_fails_info():
+    done = run_cli("info", env=emulated(HPU_PLUGIN_EMULATE="gaudi4"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Activation: failed" in done.stdout
+    assert "'gaudi4' names no Gaudi generation" in done.stdout
+    assert "names no Gaudi generation" not in done.stderr, done.stderr

@@ -1,0 +1,161 @@
+"""Misbehaving third-party plugin distributions, generated and pip-installed for this package.
+
+``hpu-fault-plugins`` holds one entry point per fault (:data:`FAULTS`). Each one misbehaves
+only in a process whose ``HPU_FAULT_CASE`` names it and is an ordinary, quiet plugin
+otherwise, so the cases do not disturb one another. ``hpu-fault-names`` holds the two
+naming faults: a plugin called ``device`` like the first-party one, and one whose
+entry-point name (``bad;name``) cannot be written in ``HPU_PLUGIN_DISABLE``; and a healthy
+plugin that imports torch at its top (``imports_torch``). Both are
+installed with ``tests/extensions``' installer and uninstalled after the last test here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from distributions import pip_installed
+from extensions.conftest import NEUTRAL_CWD
+
+#: The gate every generated plugin starts with.
+GATE = 'import os\nACTIVE = os.environ.get("HPU_FAULT_CASE") == {name!r}\n'
+
+#: Import-time faults: the body runs at import when the case is active.
+IMPORT_FAULTS: dict[str, str] = {
+    "imp_exit": "import sys\nsys.exit(3)",
+    "imp_exit_none": "import sys\nsys.exit()",
+    "imp_base": "raise type('Boom', (BaseException,), {})('base exception at import')",
+    "imp_genexit": "raise GeneratorExit('misused at import')",
+    "imp_error": "raise RuntimeError('broken at import')",
+    "imp_missing": "import hpu_fault_no_such_module_xyz",
+    "imp_sleep_forever": "import time\ntime.sleep(3600)",
+    "imp_slow": "import time\ntime.sleep(30)",
+    "imp_loop": "while True:\n    pass",
+    "imp_swallows": ("import time\nfor _ in range(5):\n    try:\n        time.sleep(3600)\n"
+                     "    except BaseException:\n        pass\ntime.sleep(3600)"),
+    "imp_torch_then_hang": "import torch\nimport time\ntime.sleep(3600)",
+    "imp_thread_hang": ("import threading, time\nthreading.Thread(target=time.sleep, "
+                        "args=(3600,), daemon=True).start()\ntime.sleep(3600)"),
+}
+
+#: Hook-time faults in real programs: (hookimpl options, hook, body of the active branch).
+#: Every hook form times every exception is covered in-process by test_hook_forms.py; these
+#: hold the promise where the issue saw it broken: torch.compile, init_process_group, the
+#: device check and the environment step inside import torch.
+_COMPILE = "hpu_compile_backend(requested, device_type)"
+_DDP = "hpu_ddp_backend(requested, device_type)"
+_AVAIL = "hpu_device_available()"
+_ENVIRON = "hpu_prepare_environment(environ)"
+HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
+    "compile_exit_after": ("wrapper=True", _COMPILE, "yield\nimport sys; sys.exit(0)"),
+    "compile_bogus": ("tryfirst=True", _COMPILE, "return 'bogus'"),
+    "ddp_exit_plain": ("tryfirst=True", _DDP, "import sys; sys.exit(0)"),
+    "ddp_exit_after": ("wrapper=True", _DDP, "yield\nimport sys; sys.exit(0)"),
+    "ddp_exit_hookwrapper": ("hookwrapper=True", _DDP, "import sys; sys.exit(0)\nyield"),
+    "avail_exit": ("tryfirst=True", _AVAIL, "import sys; sys.exit(0)"),
+    "avail_base": ("tryfirst=True", _AVAIL, "raise type('Boom', (BaseException,), {})()"),
+    "environ_exit": ("", _ENVIRON, "import sys; sys.exit(0)"),
+}
+FAULTS = sorted([*IMPORT_FAULTS, *HOOK_FAULTS])
+FAULT_DIST = "hpu-fault-plugins"
+NAMES_DIST = "hpu-fault-names"
+
+
+def _inert(hook: str, opts: str) -> str:
+    if "wrapper" in opts:
+        return "yield" if "hookwrapper" in opts else "return (yield)"
+    return "return None"
+
+
+def _module(name: str) -> str:
+    source = GATE.format(name=name) + "from hpu_plugin.hookspecs import hookimpl\n\n"
+    if name in IMPORT_FAULTS:
+        return source + "if ACTIVE:\n" + textwrap.indent(IMPORT_FAULTS[name], "    ") + "\n"
+    opts, signature, body = HOOK_FAULTS[name]
+    return source + (
+        f"\n@hookimpl({opts})\ndef {signature}:\n"
+        f"    if ACTIVE:\n{textwrap.indent(body, '        ')}\n"
+        f"    {_inert(signature, opts)}\n"
+    )
+
+
+def _distribution(root: Path, dist: str, package: str, modules: dict[str, str],
+                  entry_points: dict[str, str]) -> Path:
+    tree = root / dist
+    (tree / package).mkdir(parents=True)
+    (tree / package / "__init__.py").write_text("")
+    for module, source in modules.items():
+        (tree / package / f"{module}.py").write_text(source)
+    points = "\n".join(f'"{name}" = "{value}"' for name, value in entry_points.items())
+    (tree / "pyproject.toml").write_text(textwrap.dedent(f"""\
+        [build-system]
+        requires = ["setuptools>=70.1"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "{dist}"
+        version = "0.1"
+
+        [tool.setuptools]
+        packages = ["{package}"]
+
+        [project.entry-points.hpu_plugin]
+        """) + points + "\n")
+    return tree
+
+
+@pytest.fixture(scope="package")
+def fault_plugins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """Both fault distributions, pip-installed into the test environment."""
+    root = tmp_path_factory.mktemp("fault-dists")
+    faults = _distribution(
+        root, FAULT_DIST, "hpu_fault_plugins", {name: _module(name) for name in FAULTS},
+        {name: f"hpu_fault_plugins.{name}" for name in FAULTS},
+    )
+    quiet = "from hpu_plugin.hookspecs import hookimpl\n"
+    names = _distribution(
+        root, NAMES_DIST, "hpu_fault_names",
+        {"collide": quiet, "badname": quiet, "torchy": "import torch\n" + quiet},
+        {"device": "hpu_fault_names.collide", "bad;name": "hpu_fault_names.badname",
+         "imports_torch": "hpu_fault_names.torchy"},
+    )
+    with pip_installed({FAULT_DIST: faults, NAMES_DIST: names}):
+        yield FAULTS
+
+
+def environ(**extra: str) -> dict[str, str]:
+    """The test's environment without any of our switches or launcher variables."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if not key.startswith(("HPU_PLUGIN_", "HPU_FAULT_", "PT_HPU_", "PT_ENABLE_", "HABANA_",
+                               "HLS_", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_",
+                               "TORCH_DEVICE_BACKEND_AUTOLOAD", "CXX"))
+    }
+    env.update(extra)
+    return env
+
+
+def run(script: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` in a fresh interpreter, bounded by ``timeout`` seconds (a hang fails
+    the test with ``TimeoutExpired`` instead of hanging the suite)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, capture_output=True,
+        text=True, timeout=timeout, cwd=NEUTRAL_CWD,
+    )
+
+
+def report(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """The JSON line a script printed last (``REPORT {...}``)."""
+    lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert lines, f"no report; rc={done.returncode}\n{done.stdout}\n{done.stderr}"
+    return json.loads(lines[-1][len("REPORT "):])
+
+
+# In-process cases write real plugin distributions with tests/registry's fixture.
+from registry.conftest import _eager_mode, site  # noqa: E402, F401

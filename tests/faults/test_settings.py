@@ -1,0 +1,149 @@
+"""Hostile environment values: every parser of ``hpu_plugin.settings`` either returns a
+value in its accepted range or raises a ``SettingError`` naming the variable and the
+accepted form; never another exception, never a silent default."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpu_plugin import settings
+from hpu_plugin.emulation import config
+from hpu_plugin.emulation.errors import EmulationError
+from hpu_plugin.registry import ConfigurationError, Selection
+
+VAR = "HPU_TEST_VARIABLE"
+texts = st.text(max_size=60) | st.from_regex(r"\s*[0-9]{0,40}(\.[0-9]{0,5})?\s*[A-Za-z]{0,4}\s*",
+                                              fullmatch=True)
+
+
+def _named(call) -> object:
+    """``call()``; a refusal must name the variable and say what is accepted."""
+    try:
+        return call()
+    except settings.SettingError as exc:
+        assert VAR in str(exc) and "accepted:" in str(exc) and exc.fix
+        return exc
+
+
+@given(texts)
+def test_switch_is_on_off_or_named_refusal(raw):
+    value = _named(lambda: settings.switch(VAR, raw))
+    word = raw.strip().lower()
+    if word in settings.ON_WORDS:
+        assert value is True
+    elif word in settings.OFF_WORDS:
+        assert value is False
+    else:
+        assert isinstance(value, settings.SettingError)
+
+
+@given(texts, st.integers(-5, 5), st.integers(5, 10**6))
+def test_integer_is_in_range_or_named_refusal(raw, low, high):
+    value = _named(lambda: settings.integer(VAR, raw, low, high))
+    if not isinstance(value, settings.SettingError):
+        assert isinstance(value, int) and low <= value <= high
+        assert raw.strip().lstrip("+-").isascii()
+
+
+@given(st.integers(0, 10**12))
+def test_rank_round_trips(number):
+    assert settings.rank(VAR, f" {number} ") == number
+
+
+@given(texts)
+def test_rank_is_ascii_digits_or_named_refusal(raw):
+    value = _named(lambda: settings.rank(VAR, raw))
+    if not isinstance(value, settings.SettingError):
+        assert raw.strip().isascii() and raw.strip().isdigit() and value >= 0
+
+
+@given(texts)
+def test_seconds_are_positive_and_finite_or_named_refusal(raw):
+    value = _named(lambda: settings.seconds(VAR, raw, 2.0))
+    if not isinstance(value, settings.SettingError):
+        assert isinstance(value, float) and 0 < value <= 7 * 24 * 3600
+
+
+@given(texts)
+def test_size_is_whole_bytes_in_range_or_named_refusal(raw):
+    value = _named(lambda: settings.size(VAR, raw))
+    if not isinstance(value, settings.SettingError):
+        assert isinstance(value, int) and settings.MIN_SIZE <= value <= settings.MAX_SIZE
+
+
+@given(st.integers(2, 1024), st.sampled_from(["MiB", "GiB", "TiB", "MB", "GB"]))
+def test_size_round_trips(number, unit):
+    assert settings.size(VAR, f"{number}{unit}") == number * settings.SIZE_UNITS[unit.lower()]
+
+
+@given(st.text(max_size=40))
+def test_emulator_memory_never_escapes_as_another_error(raw):
+    try:
+        assert config.parse_memory(raw) >= settings.MIN_SIZE
+    except EmulationError as exc:
+        assert "HPU_PLUGIN_EMULATE_MEMORY" in str(exc)
+
+
+@given(st.text(max_size=40), st.text(max_size=40), st.text(max_size=10))
+def test_plugin_switches_never_escape_as_another_error(disable, only, budget):
+    environ = {"HPU_PLUGIN_DISABLE": disable, "HPU_PLUGIN_ONLY": only,
+               "HPU_PLUGIN_IMPORT_BUDGET": budget}
+    try:
+        Selection.from_environ(environ)
+    except ConfigurationError as exc:
+        assert any(name in str(exc) for name in environ)
+
+
+@pytest.mark.parametrize("raw", [
+    "0.5", "0", "1", "1023KiB", "0.0000001GiB", "99999999999TiB", "9" * 400, "1e9", "-1GiB",
+    "nan", "inf", "1_000_000_000", "0x40000000", "\u0663GiB", "\uff13GiB", "96 GiB GiB", "96GiBs",
+    "2PiB", "1.5", "",
+])
+def test_hostile_memory_sizes_are_refused_naming_the_variable(raw):
+    with pytest.raises(EmulationError, match=r"HPU_PLUGIN_EMULATE_MEMORY=.*accepted: a whole"):
+        config.parse_memory(raw)
+
+
+@pytest.mark.parametrize("raw", ["abc", "\u0663", "\uff13", "-1", "1.5", "1e3", "0x1", " ", "1 2",
+                                 "9" * 400])
+def test_hostile_ranks_are_refused_naming_the_variable(raw):
+    with pytest.raises(EmulationError, match="LOCAL_RANK="):
+        config.check_launcher_variables({"LOCAL_RANK": raw + ("x" if not raw.strip() else "")})
+
+
+@pytest.mark.parametrize("raw", ["abc", "\u0663", "0", "-1", "nan", "inf", "1e3", "9" * 400,
+                                 "1,5", "99999999"])
+def test_hostile_import_budgets_are_refused_naming_the_variable(raw):
+    with pytest.raises(ConfigurationError, match="HPU_PLUGIN_IMPORT_BUDGET="):
+        Selection.from_environ({"HPU_PLUGIN_IMPORT_BUDGET": raw})
+
+
+@pytest.mark.parametrize("raw", ["maybe", "2", "enabled", "ja", "\u0661"])
+def test_hostile_switch_words_are_refused_naming_the_variable(raw):
+    with pytest.raises(ConfigurationError, match="HPU_PLUGIN_NO_THIRD_PARTY="):
+        Selection.from_environ({"HPU_PLUGIN_NO_THIRD_PARTY": raw})
+
+
+@pytest.mark.parametrize("raw", ["\u0663", "\uff13", "1e1", "0x8", "+8", "08x"])
+def test_non_ascii_or_odd_device_counts_are_refused(raw):
+    with pytest.raises(EmulationError, match="HPU_PLUGIN_EMULATE_DEVICES="):
+        config.server({"HPU_PLUGIN_EMULATE": "1", "HPU_PLUGIN_EMULATE_DEVICES": raw})
+
+
+def test_the_word_sets_have_one_home():
+    """The registry, activation, the emulator's configuration and the .pth read the
+    switch words from settings: no other copy of them is left in the package."""
+    from pathlib import Path
+
+    import hpu_plugin
+
+    root = Path(hpu_plugin.__file__).parent
+    word_set = re.compile(r"""[{(\[](?=[^})\]]*["']yes["'])(?=[^})\]]*["']on["'])""")
+    copies = [str(path.relative_to(root)) for path in root.rglob("*.py")
+              if path.name != "settings.py" and word_set.search(path.read_text())]
+    assert copies == [], copies
+    assert '"off"' not in (root / "hpu_plugin.pth").read_text()

@@ -1,0 +1,82 @@
+"""The one way tests start a user's program: a scrubbed environment and a subprocess.
+
+A test that runs ``hpu-plugin`` or a script must control everything the plugin reads: the
+developer's shell may export ``HPU_PLUGIN_EMULATE`` or ``HABANA_VISIBLE_MODULES``, and a real
+``hl-smi`` on ``PATH`` would answer for a machine the test did not describe. ``tests/`` is on
+``sys.path`` (the root conftest is not in a package), so any test imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+#: Prefixes and names of the settings the plugin, Gaudi and the launchers read.
+PREFIXES = ("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_", "ACCELERATE_", "HPU_TEST_")
+NAMES = frozenset({"HLS_MODULE_ID", "ID", "LOCAL_RANK", "RANK", "WORLD_SIZE",
+                   "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                   "TORCH_DEVICE_BACKEND_AUTOLOAD"})
+#: Where the emulator's compiled runtime is cached: sharing it saves a build per test.
+KEEP = frozenset({"HPU_PLUGIN_CACHE_DIR"})
+
+
+def scrubbed(*also: str, **extra: str) -> dict[str, str]:
+    """This process's environment without any Gaudi, plugin or launcher setting (nor
+    variables starting with ``also``: a test plugin's own switches), plus ``extra``."""
+    prefixes = PREFIXES + also
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name in KEEP or not (name in NAMES or name.startswith(prefixes))
+    }
+    env.update(extra)
+    return env
+
+
+def no_hlsmi_path(path_dirs: Iterable[Path | str] = ()) -> str:
+    """A ``PATH`` of ``path_dirs``, the interpreter's directory and the system's: no real
+    ``hl-smi`` can leak in."""
+    dirs = [*map(str, path_dirs), str(Path(sys.executable).parent), "/usr/bin", "/bin"]
+    return os.pathsep.join(dirs)
+
+
+def emulated(**extra: str) -> dict[str, str]:
+    """A scrubbed environment that asks for the emulator (one thread: 2-core CI)."""
+    return scrubbed(**{"HPU_PLUGIN_EMULATE": "1", "OMP_NUM_THREADS": "1", **extra})
+
+
+def run(
+    argv: Sequence[str], env: dict[str, str], timeout: float = 600,
+    cwd: str | os.PathLike[str] | None = None, check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to completion, capturing text output. ``check``: a non-zero exit fails
+    the test with the ends of both outputs (what a failing user program printed)."""
+    done = subprocess.run(
+        list(argv), env=env, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=cwd,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"exit {done.returncode}: {' '.join(map(str, argv))[:200]}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}"
+        )
+    return done
+
+
+def run_cli(
+    *args: str, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``hpu-plugin <args>`` as a user runs it."""
+    return run([sys.executable, "-m", "hpu_plugin", *args], env, timeout)
+
+
+def run_python(
+    code: str, env: dict[str, str], timeout: float = 600,
+    cwd: str | os.PathLike[str] | None = None, args: Sequence[str] = (), check: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``python -c <code> <args>`` (``code`` is dedented: tests write it indented)."""
+    return run([sys.executable, "-c", textwrap.dedent(code), *args], env, timeout, cwd, check)
