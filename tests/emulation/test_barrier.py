@@ -11,17 +11,17 @@ import sys
 
 import pytest
 
-from .conftest import emulated_env, run
-
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("emulator")]
+pytestmark = pytest.mark.e2e
 
 
-def _torchrun(tmp_path, source: str, *args: str):
+def _torchrun(run, tmp_path, source: str, *args: str):
     script = tmp_path / "job.py"
     script.write_text(source)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc_per_node", "2", str(script), *args]
-    return run("", emulated_env(tmp_path, devices=2), argv=argv, cwd=tmp_path)
+    env = {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1",
+           "HF_HOME": str(tmp_path / "hf_home")}
+    return run("", env, args=argv)
 
 
 def _reports(stdout: str) -> dict[str, dict[str, str]]:
@@ -78,28 +78,18 @@ print(f"rank={rank} waited={waited:.2f} sum={t.tolist()[0]} refused={refused} "
 """
 
 
-@pytest.fixture(scope="module")
-def barriers(tmp_path_factory) -> dict[str, dict[str, str]]:
-    tmp = tmp_path_factory.mktemp("barriers")
-    reports = _reports(_torchrun(tmp, BARRIERS, str(tmp)).stdout)
-    assert sorted(reports) == ["0", "1"], reports
-    return reports
-
-
-def test_barrier_with_device_ids_on_every_rank(barriers):
+def test_barrier_and_wait_for_everyone_with_device_ids_on_every_rank(run, tmp_path):
+    barriers = _reports(_torchrun(run, tmp_path, BARRIERS, str(tmp_path)).stdout)
+    assert sorted(barriers) == ["0", "1"], barriers
     assert float(barriers["1"]["waited"]) > 1.0  # the barrier really held rank 1 back
     for rank in barriers.values():
         assert rank["sum"] == "3.0"
+        assert rank["type"].endswith("MULTI_HPU") and rank["backend"] == "hccl"
+        assert rank["seen"] == "True"  # main_process_first: rank 1 ran after the main one
+    assert float(barriers["1"]["acc_waited"]) > 1.0  # wait_for_everyone held rank 1 back
     # the one-device rule is not relaxed: only the barrier ignores device_ids
     assert barriers["0"]["refused"] == "none"
     assert barriers["1"]["refused"] == "active"
-
-
-def test_accelerate_wait_for_everyone_on_two_processes(barriers):
-    for rank in barriers.values():
-        assert rank["type"].endswith("MULTI_HPU") and rank["backend"] == "hccl"
-        assert rank["seen"] == "True"  # rank 1 ran after the main process, as promised
-    assert float(barriers["1"]["acc_waited"]) > 1.0
 
 
 TRAINER = """
@@ -153,9 +143,9 @@ print(f"rank={dist.get_rank()} device={args.device.type} backend={dist.get_backe
 """
 
 
-def test_two_process_trainer_trains_evaluates_and_saves(tmp_path):
+def test_two_process_trainer_trains_evaluates_and_saves(run, tmp_path):
     out = tmp_path / "out"
-    reports = _reports(_torchrun(tmp_path, TRAINER, str(out)).stdout)
+    reports = _reports(_torchrun(run, tmp_path, TRAINER, str(out)).stdout)
     assert sorted(reports) == ["0", "1"], reports
     for rank in reports.values():
         assert rank["device"] == "hpu" and rank["backend"] == "hccl"
