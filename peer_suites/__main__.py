@@ -44,6 +44,7 @@ def _environment(suite: Suite, device: str, outcomes: Path, source: Path) -> dic
     if suite.hub_stand_ins:
         env["HF_HOME"] = str(prepare_hub_stand_ins(cache_root() / "hf-home"))
     env["HPU_PLUGIN_PEER_OUTCOMES"] = str(outcomes)
+    env["HPU_PLUGIN_PEER_PARENT"] = str(os.getpid())
     env["HPU_PLUGIN_PEER_SOURCE"] = str(source)
     if device == "hpu":
         env.update(HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_EMULATE_DEVICES="2", **suite.hpu_env)
@@ -80,7 +81,9 @@ def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float) -
         try:
             subprocess.run(
                 command,
-                cwd=source,
+                # Our own tests run from the repository, so that their node ids resolve from
+                # the working directory when a host test re-runs itself in a subprocess.
+                cwd=REPO if suite.own_tests else source,
                 env=_environment(suite, device, outcomes, source),
                 stdout=handle,
                 stderr=subprocess.STDOUT,

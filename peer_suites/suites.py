@@ -41,7 +41,12 @@ _ACCELERATE_MORE = [
 # hpu branch, so they run on CPU in both runs and prove nothing about hpu. The checkpoints
 # these tests load are tiny stand-ins (peer_suites/hub_stand_ins.py): the runs are offline.
 _PEFT = ["tests/test_common_gpu.py"]
-_PEFT_SELECTION = "lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
+# Left out: the two mixed-adapter-batch tests (they need the real checkpoint's tokenizer) and
+# test_lora_bnb_quantization_from_pretrained_safetensors (it loads a LoRA adapter from the Hub).
+_PEFT_SELECTION = (
+    "lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
+    " and not mixed_adapter_batches and not test_lora_bnb_quantization_from_pretrained"
+)
 
 _TRANSFORMERS = HERE / "transformers_testers"
 
