@@ -9,9 +9,14 @@ accelerator = Accelerator()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-data = [(torch.randn(4, 8, generator=torch.Generator().manual_seed(100 * s + accelerator.process_index)),
-         torch.randn(4, 2, generator=torch.Generator().manual_seed(7 + 100 * s + accelerator.process_index)))
-        for s in range(4)]
+
+def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same data whatever the engine: seeded by step and rank."""
+    g = torch.Generator().manual_seed(100 * step + accelerator.process_index)
+    return torch.randn(4, 8, generator=g), torch.randn(4, 2, generator=g)
+
+
+data = [batch(step) for step in range(4)]
 model, optimizer = accelerator.prepare(model, optimizer)
 losses = []
 for x, y in data:
