@@ -239,7 +239,7 @@ def plan_generate(
     batch_to = batch if sampling else bucket_for(batch, buckets(registry, "batch", None))
     cache_buckets = buckets(registry, "cache", max(limit or 0, length_to + new))
     if not cache_buckets:
-        return f"{SWITCH}=0 or {SWITCH}_CACHE=0 turns buckets off"
+        return f"{SWITCH}=0 or {SWITCH}_CACHE=0 is set"
     cache = bucket_for(length_to + new, cache_buckets)
     return GeneratePlan(batch, length, batch_to, length_to, cache, new)
 
