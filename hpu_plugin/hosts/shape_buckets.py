@@ -44,7 +44,7 @@ SWITCH = "HPU_PLUGIN_BUCKETS"
 DYNAMO_RECOMPILE_LIMIT = 8
 STATIC_RECOMPILE_LIMIT = 64
 #: Compilations with new shapes before the recompilation warning.
-WARN_AFTER = 4
+WARN_AFTER = 3
 
 #: The static cache length of the ``generate()`` call in progress (read by the cache wrapper).
 _cache_length: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -239,7 +239,7 @@ def plan_generate(
     batch_to = batch if sampling else bucket_for(batch, buckets(registry, "batch", None))
     cache_buckets = buckets(registry, "cache", max(limit or 0, length_to + new))
     if not cache_buckets:
-        return f"{SWITCH}=0 or {SWITCH}_CACHE=0 turns buckets off"
+        return f"{SWITCH}=0 or {SWITCH}_CACHE=0 is set"
     cache = bucket_for(length_to + new, cache_buckets)
     return GeneratePlan(batch, length, batch_to, length_to, cache, new)
 
@@ -397,9 +397,6 @@ class BucketingCollator:
         self.registry = registry
         self.pad_token = pad_token
         self.limit = limit
-        self.watch = RecompileWatch("Trainer with a compiled model",
-                                    "the batch length (dimension 1 of input_ids)")
-        self._last: tuple[int | None, int] | None = None
 
     def __getattr__(self, name: str) -> Any:  # the collator's own settings stay visible
         return getattr(self.inner, name)
@@ -411,9 +408,6 @@ class BucketingCollator:
             return batch
         length = int(ids.shape[1])
         sizes = buckets(self.registry, "length", self.limit)
-        if self._last is not None and not sizes:
-            self.watch.observe(self._last[0], self._last[1], _fix(f"{SWITCH}=0", "lengths"))
-        self._last = (compilations(), length)
         target = bucket_for(length, sizes)
         if target == length:
             return batch
@@ -461,6 +455,8 @@ def bucket_trainer(registry: Registry, trainer: Any) -> None:
         return
     if getattr(collator, "pad_to_multiple_of", None) is not None:
         return  # the user's own buckets
+    if not buckets(registry, "length", max_positions(trainer.model)):
+        return  # buckets off: the training runs as the user wrote it
     trainer.data_collator = BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), max_positions(trainer.model)
     )

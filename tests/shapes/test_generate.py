@@ -56,23 +56,23 @@ def test_bucketed_generation_makes_the_same_tokens_with_few_compilations(run, mo
 def test_explicit_choices_and_the_switch_turn_bucketing_off(run):
     script = LLAMA + """
 from habana_frameworks.torch.hpu.metrics import metric_global
-import logging
+model.config._attn_implementation = "eager"  # symbolic shapes: see the emulator README
 model.compile()
 gc = metric_global("graph_compilation")
-for length in (5, 17, 40, 70, 90, 100):
+for length in (5, 70, 90, 100):
     ids = torch.randint(3, 128, (1, length)).to("hpu")
     out = model.generate(ids, max_new_tokens=2, do_sample=False, **KWARGS)
     assert out.shape[1] == length + 2, out.shape
 print("TOTAL", dict(gc.stats())["TotalNumber"])
 """
     bucketed = run(script.replace("**KWARGS", ""))
-    assert "TOTAL 4" in bucketed  # lengths 64 and 128: prefill + decode each
+    assert "TOTAL 3" in bucketed  # prefill at lengths 64 and 128, one decode (cache 512)
     user_cache = run(script.replace("**KWARGS", "cache_implementation='static'"))
     total = int(user_cache.split("TOTAL ")[1].split()[0])
-    assert total >= 6  # one prefill graph per prompt length: the user's choice stands
+    assert total >= 4  # one prefill graph per prompt length: the user's choice stands
     assert "you passed cache_implementation=" in user_cache  # the recompilation warning
     off = run(script.replace("**KWARGS", ""), {"HPU_PLUGIN_BUCKETS": "0"})
-    assert int(off.split("TOTAL ")[1].split()[0]) >= 6
+    assert int(off.split("TOTAL ")[1].split()[0]) >= 4
     assert "unset HPU_PLUGIN_BUCKETS" in off
 
 

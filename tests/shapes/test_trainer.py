@@ -62,14 +62,17 @@ def _result(output: str) -> dict:
 def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     script = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate")
     bucketed = _result(run(script))
-    plain = _result(run(script, {"HPU_PLUGIN_BUCKETS": "0"}))
+    # the reference: the same training, not compiled, so nothing is padded
+    plain = _result(run(script.replace("torch_compile=True", "torch_compile=False")))
     assert bucketed["wrapped"] == "BucketingCollator" and plain["wrapped"] == "function"
     assert len(bucketed["losses"]) == len(plain["losses"]) == 8
     for a, b in zip(bucketed["losses"], plain["losses"], strict=True):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (bucketed["losses"], plain["losses"])
     # lengths 3..150 fall in the buckets 64, 128, 256: a forward and a backward graph each
     assert bucketed["compilations"] <= 2 * 3, bucketed
-    assert plain["compilations"] > bucketed["compilations"], (plain, bucketed)
+    assert plain["compilations"] == 0
+    off = _result(run(script.replace("max_steps=8", "max_steps=1"), {"HPU_PLUGIN_BUCKETS": "0"}))
+    assert off["wrapped"] == "function"
 
 
 @pytest.mark.e2e
