@@ -7,6 +7,7 @@ one-device-per-process rule still refuses ``hpu:1`` everywhere else.
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -25,11 +26,13 @@ def _torchrun(run, tmp_path, source: str, *args: str):
 
 
 def _reports(stdout: str) -> dict[str, dict[str, str]]:
-    """``rank=N key=value ...`` lines, by rank."""
+    """``rank=N key=value ...`` reports, by rank. Unbuffered ranks write a line's text and its
+    newline separately, so two reports may share a line: each starts at ``rank=``."""
     found: dict[str, dict[str, str]] = {}
-    for line in stdout.splitlines():
-        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        if "rank" in fields:
+    for chunk in re.split(r"(?=\brank=\d)", stdout):
+        if chunk.startswith("rank="):
+            first = chunk.splitlines()[0]
+            fields = dict(f.split("=", 1) for f in first.split() if "=" in f)
             found[fields["rank"]] = fields
     return found
 
