@@ -14,10 +14,12 @@ from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassificat
 
 
 class BertTester(TinyTester):
-    """The training mixin trains the sequence-classification head of an encoder."""
+    """The training mixin trains the head it finds first, with token labels (labels =
+    input_ids): for an encoder that is the masked-LM head, offered under the attribute the
+    mixin looks up first (a sequence-classification head would need one label a row)."""
 
-    causal_lm_class = None
-    sequence_classification_class = BertForSequenceClassification
+    causal_lm_class = BertForMaskedLM
+    sequence_classification_class = None
 
 
 class BertPeerTest(ModelTesterMixin, TrainingTesterMixin, unittest.TestCase):
