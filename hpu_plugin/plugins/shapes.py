@@ -15,12 +15,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi.shapes import KINDS, default_buckets
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 SWITCH = "HPU_PLUGIN_BUCKETS"
-_ON = {"", "1", "on", "true", "yes"}
-_OFF = {"0", "off", "false", "no"}
+_ON = settings.ON_WORDS | {""}  # unset: on
+_OFF = settings.OFF_WORDS - {""}
 
 
 def _switch(environ: Mapping[str, str], name: str) -> bool | None:

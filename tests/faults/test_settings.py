@@ -4,8 +4,6 @@ accepted form; never another exception, never a silent default."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -135,15 +133,26 @@ def test_non_ascii_or_odd_device_counts_are_refused(raw):
 
 
 def test_the_word_sets_have_one_home():
-    """The registry, activation, the emulator's configuration and the .pth read the
-    switch words from settings: no other copy of them is left in the package."""
+    """The registry, activation, the emulator's configuration, the plugins and the .pth read
+    the switch words from settings: no other copy of them is left in the package. (A set
+    that models another program's parser, such as the Gaudi bridge's, is not a copy.)"""
+    import ast
     from pathlib import Path
 
     import hpu_plugin
 
+    ours = {settings.ON_WORDS, settings.OFF_WORDS - {""}}
     root = Path(hpu_plugin.__file__).parent
-    word_set = re.compile(r"""[{(\[](?=[^})\]]*["']yes["'])(?=[^})\]]*["']on["'])""")
-    copies = [str(path.relative_to(root)) for path in root.rglob("*.py")
-              if path.name != "settings.py" and word_set.search(path.read_text())]
+    copies = []
+    for path in root.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Set, ast.Tuple, ast.List)) and node.elts and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
+            ):
+                words = frozenset(e.value.lower() for e in node.elts) - {""}  # type: ignore[attr-defined]
+                if words in ours:
+                    copies.append(f"{path.relative_to(root)}:{node.lineno}")
     assert copies == [], copies
     assert '"off"' not in (root / "hpu_plugin.pth").read_text()
