@@ -265,9 +265,9 @@ class Registry:
         )
         return result
 
-    def ddp_backend(self, device_type: str, requested: str | None) -> str | None:
+    def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
         result: str | None = self.pm.hook.hpu_ddp_backend(
-            device_type=device_type, requested=requested
+            requested=requested, device_type=device_type
         )
         return result
 
@@ -295,6 +295,14 @@ class Registry:
         result: hookspecs.DeviceMap | None = self.pm.hook.hpu_quantization_device_map(
             method=method, bits=bits, device_map=device_map, device_type=device_type,
             options=dict(options or {}),
+        )
+        return result
+
+    def shape_buckets(
+        self, kind: str, device_type: str, limit: int | None
+    ) -> tuple[int, ...] | None:
+        result: tuple[int, ...] | None = self.pm.hook.hpu_shape_buckets(
+            kind=kind, device_type=device_type, limit=limit
         )
         return result
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from hpu_plugin.gaudi import preflight
 from hpu_plugin.gaudi.environment import INT64, LAZY_MODE
 from hpu_plugin.gaudi.selection import check_this_process
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 log = logging.getLogger("hpu_plugin")
@@ -25,8 +26,8 @@ FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs
 
 
 @hookimpl
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
-    if device_type != "hpu":
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
+    if device_type != DEVICE_TYPE:
         return None
     if requested in FOREIGN:
         raise Refusal(

@@ -1,4 +1,4 @@
-"""No Gaudi software and no emulator: the plugin changes nothing (R20)."""
+"""No Gaudi software and no emulator: the plugin changes nothing."""
 
 from __future__ import annotations
 
@@ -37,8 +37,12 @@ def test_without_gaudi_the_hosts_behave_as_without_the_plugin(tmp_path):
     assert with_plugin["compile_wrapped"] is False
     assert with_plugin["transformers_hpu"] is False
     assert with_plugin["accelerate_hpu"] is False
-    # only the entry point itself was imported; no hosts, registry or plugins
-    assert set(with_plugin["modules"]) <= {"hpu_plugin", "hpu_plugin.activation"}
+    # only the entry point and the import-free modules it reads (the switch words, the
+    # Gaudi-software fact); no hosts, registry, plugins, diagnostics or emulator
+    assert set(with_plugin["modules"]) <= {
+        "hpu_plugin", "hpu_plugin.activation", "hpu_plugin.settings", "hpu_plugin.gaudi",
+        "hpu_plugin.gaudi.software",
+    }
     assert without["modules"] == []
     for key in ("compile_module", "compile_wrapped", "torch_module_class", "init_pg_module",
                 "transformers_hpu", "accelerate_hpu", "meta_path", "env"):
