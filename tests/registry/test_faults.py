@@ -179,7 +179,7 @@ def hpu_ddp_backend(device_type, world_size):
 def test_every_deciding_spec_declares_a_checked_type():
     assert set(RESULT_TYPES) == {
         "hpu_device_available", "hpu_device_properties", "hpu_compile_backend",
-        "hpu_ddp_backend", "hpu_quantization_device_map", "hpu_job_facts",
+        "hpu_ddp_backend", "hpu_quantization_device_map", "hpu_shape_buckets", "hpu_job_facts",
     }
 
 
