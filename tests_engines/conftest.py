@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # tests/e2e/conftest imports its helpers top-level
 
 from tests.e2e.conftest import emulated_env  # noqa: E402
 

@@ -197,6 +197,8 @@ def test_every_deciding_spec_declares_a_checked_type():
     ("hpu_device_properties", DeviceProperties("hpu", 2, 0, "GAUDI2"), True),
     ("hpu_device_properties", DeviceProperties("hpu", 2, None, "GAUDI2"), False),  # type: ignore[arg-type]
     ("hpu_device_properties", {"device_type": "hpu"}, False),
+    ("hpu_job_facts", {"PT_HPU_LAZY_MODE": "0"}, True),
+    ("hpu_job_facts", [("PT_HPU_LAZY_MODE", "0")], False),
 ])
 def test_result_check_follows_the_spec(hook, value, ok):
     assert conforms(value, RESULT_TYPES[hook]) is ok

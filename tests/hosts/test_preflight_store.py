@@ -1,0 +1,27 @@
+"""The pre-flight exchange through a real torch store: a missing rank is named within the
+timeout, and the facts of every rank come back in rank order."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch.distributed as dist
+
+from hpu_plugin.gaudi.preflight import PreflightError
+from hpu_plugin.hosts import preflight
+
+
+def test_a_rank_that_never_reports_is_named_within_the_timeout():
+    store = dist.HashStore()
+    start = time.monotonic()
+    with pytest.raises(PreflightError, match=r"rank\(s\) 1,2 of 3 did not report .* within 0.5 s"):
+        preflight._gather(store, 0, 3, {"rank": "0"}, 0.5)
+    assert time.monotonic() - start < 10
+
+
+def test_every_rank_facts_come_back_in_rank_order():
+    store = dist.HashStore()
+    store.set(f"{preflight.PREFIX}1", '{"rank": "1", "PT_HPU_LAZY_MODE": "0"}')
+    got = preflight._gather(store, 0, 2, {"rank": "0", "PT_HPU_LAZY_MODE": "0"}, 5)
+    assert [r["rank"] for r in got] == ["0", "1"]
