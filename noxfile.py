@@ -15,6 +15,7 @@ The entries' versions are also in ``hpu_plugin/hosts/support.py`` (``MATRIX``), 
 from __future__ import annotations
 
 import datetime
+import fcntl
 import json
 import os
 import time
@@ -62,7 +63,14 @@ def _counts(junit: Path) -> dict[str, int]:
 
 
 def _record(name: str, result: dict[str, object]) -> None:
-    """Keep the newest result of each entry, and rewrite the table in the docs from them."""
+    """Keep the newest result of each entry, and rewrite the table in the docs from them
+    (under a lock: entries may run in parallel, ``nox -s a & nox -s b``)."""
+    with open(ROOT / ".nox" / "results.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _write(name, result)
+
+
+def _write(name: str, result: dict[str, object]) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[name] = result
     order = sorted(path.stem for path in MATRIX.glob("*.txt"))

@@ -54,6 +54,10 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
     decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
         lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
     )
+    for kind in ("length", "batch", "cache"):
+        decisions[f"hpu_shape_buckets({kind}, 4096)"] = _decide(
+            lambda kind=kind: registry.shape_buckets(kind, DEVICE_TYPE, 4096)
+        )
     return True, decisions
 
 

@@ -2,11 +2,14 @@
 
 Registered for device type ``hpu`` only, so a collective on CPU tensors finds no backend and
 fails, as on real HCCL; HPU tensors reach Gloo through the C++ fallback's shadow group.
+A barrier of an ``hccl`` group goes straight to its backend, as the bridge's
+``ProcessGroupHCCL::barrier`` ignores ``BarrierOptions`` (see ``_hccl_barrier``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi import selection
@@ -32,9 +35,11 @@ def initialize_distributed_hpu() -> tuple[int, int, int]:
         from hpu_plugin.emulation import runtime
 
         runtime.fix_acquisition_if_device_used()
-        visible = env.get("HABANA_VISIBLE_MODULES", "").strip()
-        env["HLS_MODULE_ID"] = visible.split(",")[local_rank].strip() if visible else str(
-            local_rank
+        visible = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
+        # One visible module (Ray, Kubernetes: each worker its own): the device is acquired
+        # by type among the visible ones, so the process takes that module whatever its rank.
+        env["HLS_MODULE_ID"] = (
+            visible[0] if len(visible) == 1 else visible[local_rank] if visible else str(local_rank)
         )
     env["ID"] = str(rank)
     return world_size, rank, local_rank
@@ -84,6 +89,45 @@ def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> 
     )
 
 
+def _hccl_barrier(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``ProcessGroup.barrier`` that hands a group's ``hccl`` barrier to its backend unopened.
+
+    On hardware, the bridge's ``ProcessGroupHCCL::barrier`` ignores its ``BarrierOptions``: it
+    waits for the queued collectives, runs a host barrier, then an HCCL barrier on the
+    communicators it already has, and never allocates on ``device_ids[0]``. torch >= 2.8's
+    generic ``ProcessGroup::barrier`` would first allocate a byte on ``opts.device``, which
+    ``barrier(device_ids=[local_rank])`` (Accelerate's ``wait_for_everyone``) makes ``hpu:1``
+    in rank 1, and the one-device rule refuses that, as it must. Gloo's barrier has the
+    hardware's semantics (waits for the group's pending work, then a host-side barrier, no
+    tensor), so the backend's own barrier is called. Groups without an ``hccl`` backend, and a
+    barrier asked for on another device type, keep torch's path.
+    """
+    import torch
+
+    hpu = torch.device("hpu")
+
+    def barrier(self: Any, opts: Any = None) -> Any:
+        device = getattr(opts, "device", None)
+        if (device is None or device.type == "hpu") and hpu in self._device_types:
+            if opts is None:
+                from torch.distributed import BarrierOptions
+
+                opts = BarrierOptions()
+            return self._get_backend(hpu).barrier(opts)
+        return original(self) if opts is None else original(self, opts)
+
+    barrier.__wrapped__ = original  # type: ignore[attr-defined]
+    barrier.__doc__ = original.__doc__
+    return barrier
+
+
+def _install_barrier() -> None:
+    from torch.distributed import ProcessGroup
+
+    if not hasattr(ProcessGroup.barrier, "__wrapped__"):
+        ProcessGroup.barrier = _hccl_barrier(ProcessGroup.barrier)
+
+
 def register() -> None:
     import torch.distributed as dist
 
@@ -92,3 +136,4 @@ def register() -> None:
     dist.Backend.register_backend(
         "hccl", _create_process_group_hccl, extended_api=True, devices=["hpu"]
     )
+    _install_barrier()

@@ -104,6 +104,9 @@ def start() -> None:
 
     dynamo.register_lazily()
     _load_habana_ops()
+    from hpu_plugin.emulation import gaudi_faults
+
+    gaudi_faults.register()
 
 
 def _load_habana_ops() -> None:

@@ -32,18 +32,23 @@ def install(registry: Registry) -> None:
         if _installed is not None:
             return
         from hpu_plugin.hosts import accelerate_adapter, torch_adapter, transformers_adapter
-        from hpu_plugin.hosts.patching import Patches
+        from hpu_plugin.hosts.patching import Patches, record_out, stayed_out
 
+        stayed_out.clear()  # what stays out of this installation, from here on
         patches = Patches()
         _installed = patches
         try:
             available = registry.device_available()
             if available:
                 torch_adapter.install(registry, patches)
+                from hpu_plugin.hosts import shape_buckets
+
+                shape_buckets.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
         except Exception as exc:  # activation must never break `import torch`
             log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
+            record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")
             patches.undo()
 
 

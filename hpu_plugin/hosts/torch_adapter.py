@@ -134,7 +134,8 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
     """``init_process_group`` whose missing backend comes from ``registry.ddp_backend``.
 
     A backend the caller named is kept, but still shown to the hooks first so that one
-    that cannot work on Gaudi is refused before any process waits on a collective.
+    that cannot work on Gaudi is refused before any process waits on a collective. An
+    ``hccl`` group is then checked across ranks (:mod:`hpu_plugin.hosts.preflight`).
     """
 
     @functools.wraps(original)
@@ -146,6 +147,10 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
                 args = (chosen, *args[1:])
             else:
                 kwargs["backend"] = chosen
+        if (chosen or requested) == "hccl":
+            from hpu_plugin.hosts.preflight import init_with_preflight
+
+            return init_with_preflight(registry, original, args, kwargs)
         return original(*args, **kwargs)
 
     return ours(init_process_group)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.hosts import importhook
+from hpu_plugin.hosts import importhook, transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.patching import (
     Patches,
@@ -60,18 +60,35 @@ def _installed_accelerate() -> str | None:
     return None if version == "?" else version
 
 
+def _keep_gaudi_workarounds(patches: Patches, release: tuple[int, ...]) -> None:
+    try:
+        transformers_gaudi_ops.install(patches, release)
+    except Exception as exc:  # a kernel registration must never break the answer
+        say_once("gaudi-ops", logging.WARNING,
+                 "hpu_plugin: Transformers' Gaudi workarounds could not be installed (%s: %s); "
+                 "int64 gather, self-aliasing scatter and cholesky may fail on Gaudi.",
+                 type(exc).__name__, exc)
+
+
 def make_is_torch_hpu_available(
-    registry: Registry, original: Callable[..., Any]
+    registry: Registry, original: Callable[..., Any], patches: Patches | None = None
 ) -> Callable[..., bool]:
     """The registry's answer, under R3, with the host's cache API and compile marker.
 
     The original is not called: besides answering, it patches ``torch.gather``,
     ``torch.scatter`` and ``torch.compile`` with Python wrappers, which would put a
-    Python frame on every CPU gather and pre-empt the compile hooks.
+    Python frame on every CPU gather and pre-empt the compile hooks. Its Gaudi workarounds
+    are installed instead as HPU kernels, when it would have installed them: on a True
+    answer (``transformers_gaudi_ops``; the compile hooks own ``torch.compile``).
     """
+    key = release_key(host_version(HOST))
+    release = key[0] if key is not None else ()
 
     def is_torch_hpu_available() -> bool:
-        return registry.device_available() and accelerate_allows_hpu(_installed_accelerate())
+        answer = registry.device_available() and accelerate_allows_hpu(_installed_accelerate())
+        if answer and patches is not None:
+            _keep_gaudi_workarounds(patches, release)
+        return answer
 
     return cached_like(original, is_torch_hpu_available)
 
@@ -83,7 +100,9 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
     )
     if original is None:
         return
-    patches.replace_everywhere(original, make_is_torch_hpu_available(registry, original))
+    patches.replace_everywhere(
+        original, make_is_torch_hpu_available(registry, original, patches)
+    )
 
 
 def install_training_args(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
