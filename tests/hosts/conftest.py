@@ -42,3 +42,11 @@ def installed(answers: Answers) -> Iterator[Registry]:
     finally:
         hosts.uninstall()
         patching._said.clear()
+
+
+@pytest.fixture(autouse=True)
+def _forget_what_stayed_out() -> Iterator[None]:
+    """A test that makes an adapter fail (test_importhook) must not leave its record to the
+    support report of a later test."""
+    yield
+    patching.stayed_out.clear()
