@@ -1,4 +1,4 @@
-"""Added time of ``import torch`` with hpu-plugin installed and no Gaudi (R20).
+"""Added time of ``import torch`` with hpu-plugin installed and no Gaudi.
 
 Two measurements, in fresh interpreters:
 

@@ -35,6 +35,11 @@ def _print_info(info: dict[str, Any]) -> None:
     print(f"\nActivation: {activation.get('status')} ({activation.get('reason')})")
     print(f"Mode: {info['mode']}")
     print(f"Gaudi available: {'yes' if info['available'] else 'no'}")
+    if info["import_time_compiles"]:
+        print(
+            f"torch.compile calls by libraries at import: {info['import_time_compiles']} "
+            "(backend replaced; logged at debug on the 'hpu_plugin' logger)"
+        )
     plugins = info["plugins"]
     if "error" in plugins:
         print(f"\nPlugins: {plugins['error']}")

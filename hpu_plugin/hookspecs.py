@@ -112,7 +112,7 @@ def hpu_compile_backend(
 
 
 @hookspec(firstresult=True)
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
     """Choose the collective backend of a distributed job on ``device_type``.
 
     Called when a host library is about to initialise a process group (Accelerate's
@@ -121,6 +121,16 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
     ``backend=``), or ``None``. Return the backend name, or ``None`` for no opinion. The
     hosts never replace a backend the user named; an implementation may raise
     :class:`Refusal` for a combination that cannot work, before any collective runs.
+    """
+
+
+@hookspec
+def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """What this process sees that every rank of a job must see alike (strings by name).
+
+    Called when an ``hccl`` process group starts; the host publishes the merged facts of all
+    plugins through the group's store and stops the job if a rank differs
+    (:mod:`hpu_plugin.gaudi.preflight`). Return ``None`` for nothing to add.
     """
 
 
@@ -142,4 +152,28 @@ def hpu_quantization_device_map(
     empty when the host has none to give. Return the device map to use, or ``None`` for no
     opinion. The hosts never replace a ``device_map`` the user passed. May raise
     :class:`Refusal` for a method or bit width the device cannot run, before loading starts.
+    """
+
+
+@hookspec(firstresult=True)
+def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[int, ...] | None:
+    """The sizes a host pads a varying dimension up to, so a compiled graph sees few shapes.
+
+    Called by the host adapters before they run a compiled model on ``device_type`` with a
+    size that varies from call to call (``generate()``, ``pipeline()``, ``Trainer``), once
+    per call and ``kind``: ``"length"`` (tokens of a prompt or of a training batch),
+    ``"batch"`` (sequences generated together) or ``"cache"`` (length of a static
+    key-value cache: prompt plus new tokens). ``limit`` is the largest size the host can
+    use (the model's maximum positions), or ``None`` when unknown.
+
+    Return the bucket sizes, ascending positive integers: the host pads a size up to the
+    smallest bucket at least as large and leaves a size above the last bucket unpadded.
+    An empty tuple turns bucketing of that kind off. ``None`` is no opinion; when no
+    implementation has one, the host pads nothing. A result that is not ascending positive
+    integers is a plugin fault: reported once, and that call is not bucketed. The hosts pad
+    only where padding changes no result and the user chose nothing that decides the shape
+    (``pad_to_multiple_of``, ``cache_implementation``, a cache object...); those always win.
+    The first-party ``shapes`` plugin answers from ``HPU_PLUGIN_BUCKETS*``; a third party
+    replaces its buckets with a ``tryfirst`` implementation or a wrapper. May raise
+    :class:`Refusal` for a setting it cannot use.
     """

@@ -265,11 +265,24 @@ class Registry:
         )
         return result
 
-    def ddp_backend(self, device_type: str, requested: str | None) -> str | None:
+    def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
         result: str | None = self.pm.hook.hpu_ddp_backend(
-            device_type=device_type, requested=requested
+            requested=requested, device_type=device_type
         )
         return result
+
+    def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins
+        (the registry's own knowledge), for the pre-flight check across ranks."""
+        from hpu_plugin import __version__
+
+        facts = {
+            "hpu-plugin version": __version__,
+            "enabled plugins": ",".join(sorted(n for n, _ in self.pm.list_name_plugin() if n)),
+        }
+        for part in reversed(self.pm.hook.hpu_job_facts(environ=environ)):
+            facts.update(part or {})
+        return facts
 
     def quantization_device_map(
         self,
@@ -282,6 +295,14 @@ class Registry:
         result: hookspecs.DeviceMap | None = self.pm.hook.hpu_quantization_device_map(
             method=method, bits=bits, device_map=device_map, device_type=device_type,
             options=dict(options or {}),
+        )
+        return result
+
+    def shape_buckets(
+        self, kind: str, device_type: str, limit: int | None
+    ) -> tuple[int, ...] | None:
+        result: tuple[int, ...] | None = self.pm.hook.hpu_shape_buckets(
+            kind=kind, device_type=device_type, limit=limit
         )
         return result
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -23,13 +24,14 @@ NAMES = frozenset({"HLS_MODULE_ID", "ID", "LOCAL_RANK", "RANK", "WORLD_SIZE",
 KEEP = frozenset({"HPU_PLUGIN_CACHE_DIR"})
 
 
-def scrubbed(**extra: str) -> dict[str, str]:
-    """This process's environment without any Gaudi, plugin or launcher setting, plus
-    ``extra``."""
+def scrubbed(*also: str, **extra: str) -> dict[str, str]:
+    """This process's environment without any Gaudi, plugin or launcher setting (nor
+    variables starting with ``also``: a test plugin's own switches), plus ``extra``."""
+    prefixes = PREFIXES + also
     env = {
         name: value
         for name, value in os.environ.items()
-        if name in KEEP or not (name in NAMES or name.startswith(PREFIXES))
+        if name in KEEP or not (name in NAMES or name.startswith(prefixes))
     }
     env.update(extra)
     return env
@@ -48,13 +50,21 @@ def emulated(**extra: str) -> dict[str, str]:
 
 
 def run(
-    argv: Sequence[str], env: dict[str, str], timeout: float = 600, cwd: str | None = None
+    argv: Sequence[str], env: dict[str, str], timeout: float = 600,
+    cwd: str | os.PathLike[str] | None = None, check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` to completion, capturing text output; never raises on a non-zero exit."""
-    return subprocess.run(
+    """Run ``argv`` to completion, capturing text output. ``check``: a non-zero exit fails
+    the test with the ends of both outputs (what a failing user program printed)."""
+    done = subprocess.run(
         list(argv), env=env, capture_output=True, text=True, timeout=timeout, check=False,
         cwd=cwd,
     )
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"exit {done.returncode}: {' '.join(map(str, argv))[:200]}\n"
+            f"--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-6000:]}"
+        )
+    return done
 
 
 def run_cli(
@@ -65,7 +75,8 @@ def run_cli(
 
 
 def run_python(
-    code: str, env: dict[str, str], timeout: float = 600, cwd: str | None = None
+    code: str, env: dict[str, str], timeout: float = 600,
+    cwd: str | os.PathLike[str] | None = None, args: Sequence[str] = (), check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -c <code>``."""
-    return run([sys.executable, "-c", code], env, timeout, cwd)
+    """``python -c <code> <args>`` (``code`` is dedented: tests write it indented)."""
+    return run([sys.executable, "-c", textwrap.dedent(code), *args], env, timeout, cwd, check)

@@ -8,7 +8,7 @@ from typing import Any
 
 from hpu_plugin import __version__
 from hpu_plugin.diagnostics import probe
-from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
+from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 
 
 def _decide(call: Callable[[], Any]) -> str:
@@ -44,15 +44,28 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
     if available != "True":
         return False, decisions
     decisions["hpu_device_properties"] = _decide(registry.device_properties)
-    decisions["hpu_compile_backend(None)"] = _decide(lambda: registry.compile_backend(None, "hpu"))
+    decisions["hpu_compile_backend(None)"] = _decide(
+        lambda: registry.compile_backend(None, DEVICE_TYPE)
+    )
     decisions["hpu_compile_backend('inductor')"] = _decide(
-        lambda: registry.compile_backend("inductor", "hpu")
+        lambda: registry.compile_backend("inductor", DEVICE_TYPE)
     )
-    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend("hpu", None))
+    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None, DEVICE_TYPE))
     decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
-        lambda: registry.quantization_device_map("bitsandbytes", 4, None, "hpu")
+        lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
     )
+    for kind in ("length", "batch", "cache"):
+        decisions[f"hpu_shape_buckets({kind}, 4096)"] = _decide(
+            lambda kind=kind: registry.shape_buckets(kind, DEVICE_TYPE, 4096)
+        )
     return True, decisions
+
+
+def _import_time_compiles() -> int:
+    """``torch.compile`` calls libraries made while imported in this process: their backend
+    was replaced, logged at debug (the user did not write them)."""
+    adapter = sys.modules.get("hpu_plugin.hosts.torch_adapter")
+    return len(getattr(adapter, "import_time_decorations", ()))
 
 
 def collect_info() -> dict[str, Any]:
@@ -69,6 +82,7 @@ def collect_info() -> dict[str, Any]:
         "mode": probe.mode_text(environ),
         "available": False,
         "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
+        "import_time_compiles": _import_time_compiles(),
     }
     from hpu_plugin.registry import get_registry
 

@@ -232,6 +232,8 @@ def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> i
     if local_rank and re.fullmatch(r"[0-9]{1,3}", local_rank, re.ASCII):
         rank = int(local_rank)
         if environ.get(visibility.MODULES, "").strip():
+            if len(visible_modules) == 1:
+                return visible_modules[0]  # one module per worker (Ray, Kubernetes)
             if rank >= len(visible_modules):
                 raise EmulationError(
                     f"LOCAL_RANK={rank} has no entry in HABANA_VISIBLE_MODULES={accepted}; "

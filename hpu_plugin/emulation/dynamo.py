@@ -19,10 +19,27 @@ REGISTRY = "torch._dynamo.backends.registry"
 
 
 def hpu_backend(graph_module: Any, example_inputs: Any, **kwargs: Any) -> Any:
-    """Compile for HPU: AOT autograd with eager kernels (``options=`` is accepted, unused)."""
+    """Compile for HPU: AOT autograd with eager kernels (``options=`` is accepted, unused).
+
+    The forward and backward graphs go through the recipe-cache model (``recipes``), so that
+    ``metric_global("graph_compilation")`` counts what hardware would compile.
+    """
     from torch._dynamo.backends.registry import lookup_backend
 
-    return lookup_backend("aot_eager")(graph_module, example_inputs)
+    try:
+        from torch._dynamo.backends.common import aot_autograd
+        from torch._dynamo.backends.debugging import boxed_nop
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+    except ImportError:  # another torch layout: run uncounted rather than not at all
+        return lookup_backend("aot_eager")(graph_module, example_inputs)
+    from hpu_plugin.emulation.recipes import counted
+
+    return aot_autograd(  # aot_eager's own recipe, with counting compilers
+        fw_compiler=counted(boxed_nop, "fwd"),
+        bw_compiler=counted(boxed_nop, "bwd"),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )(graph_module, example_inputs)
 
 
 def _register(registry: ModuleType) -> None:

@@ -35,9 +35,11 @@ def initialize_distributed_hpu() -> tuple[int, int, int]:
         from hpu_plugin.emulation import runtime
 
         runtime.fix_acquisition_if_device_used()
-        visible = env.get("HABANA_VISIBLE_MODULES", "").strip()
-        env["HLS_MODULE_ID"] = visible.split(",")[local_rank].strip() if visible else str(
-            local_rank
+        visible = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
+        # One visible module (Ray, Kubernetes: each worker its own): the device is acquired
+        # by type among the visible ones, so the process takes that module whatever its rank.
+        env["HLS_MODULE_ID"] = (
+            visible[0] if len(visible) == 1 else visible[local_rank] if visible else str(local_rank)
         )
     env["ID"] = str(rank)
     return world_size, rank, local_rank

@@ -1,6 +1,6 @@
 """``torch.hpu`` of the emulated Gaudi: the public API of ``habana_frameworks.torch.hpu``.
 
-Semantics follow the real module (gaudi-facts §1): ``is_available`` never raises, RNG state
+Semantics follow the real module: ``is_available`` never raises, RNG state
 exists for device 0 only, ``manual_seed_all`` is ``manual_seed``, memory statistics are the
 allocator's ``InUse``/``MaxInUse``/``Limit``, there is no ``empty_cache``.
 """
@@ -96,7 +96,7 @@ def _check_index(index: int) -> int:
 
 
 def set_device(device: Any) -> None:
-    """As the real one (gaudi-facts §1): map the index to a module id and set
+    """As the real one: map the index to a module id and set
     ``HLS_MODULE_ID``, which chooses the module the process acquires if it has not yet; the
     current device stays hpu:0, the only device a process drives."""
     index = _index(device)
@@ -379,6 +379,7 @@ def _wrap_torch_manual_seed() -> None:
     """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators."""
     global _torch_manual_seed_wrapped, default_generators
     default_generators = (_generator(0),)
+    random.default_generators = default_generators  # DeepSpeed reads it there
     if _torch_manual_seed_wrapped:
         return
     original = torch.manual_seed
@@ -488,7 +489,8 @@ def _submodule(name: str, members: tuple[str, ...]) -> ModuleType:
 random = _submodule(
     "random",
     ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
-     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"),
+     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+     "default_generators"),
 )
 memory = _submodule(
     "memory",
@@ -496,3 +498,20 @@ memory = _submodule(
      "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
      "mem_get_info", "memory_summary"),
 )
+
+
+def _metrics_module() -> ModuleType:
+    """``torch.hpu.metrics``: the real metrics API (``metrics.py``), also re-exported here
+    as the real package does (``from .metrics import *``)."""
+    from hpu_plugin.emulation import metrics as module
+
+    sys.modules["torch.hpu.metrics"] = module
+    sys.modules["habana_frameworks.torch.hpu.metrics"] = module
+    return module
+
+
+metrics = _metrics_module()
+metric_global = metrics.metric_global
+metric_localcontext = metrics.metric_localcontext
+metrics_dump = metrics.metrics_dump
+MetricNotFound = metrics.MetricNotFound

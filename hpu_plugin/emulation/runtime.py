@@ -104,6 +104,9 @@ def start() -> None:
 
     dynamo.register_lazily()
     _load_habana_ops()
+    from hpu_plugin.emulation import gaudi_faults
+
+    gaudi_faults.register()
 
 
 def _load_habana_ops() -> None:
@@ -128,7 +131,7 @@ def _let_autograd_threads_finish() -> None:
 
 
 def _install_hlsmi_shim() -> None:
-    """An ``hl-smi`` on PATH for this process and its children (see ``hlsmi.install_shim``)."""
-    from hpu_plugin.emulation.hlsmi import install_shim
+    """An ``hl-smi`` on PATH for this process and its children (see ``fake_hlsmi.install_shim``)."""
+    from hpu_plugin.emulation.fake_hlsmi import install_shim
 
     install_shim()

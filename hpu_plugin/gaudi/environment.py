@@ -1,5 +1,5 @@
 """Environment defaults the plugin applies, each only where the user set nothing, and the
-parsers of the Gaudi switches they concern (gaudi-facts.md §2)."""
+parsers of the Gaudi switches they concern."""
 
 from __future__ import annotations
 

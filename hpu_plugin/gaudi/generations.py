@@ -1,13 +1,13 @@
-"""Gaudi generations and what each supports (gaudi-facts.md §1, §2, §4; SPEC R2, R9, R11).
+"""Gaudi generations and what each supports.
 
-- bf16: every generation (SPEC R11; ``torch.hpu.is_bf16_supported`` is True when available).
+- bf16: every generation (``torch.hpu.is_bf16_supported`` is True when available).
 - fp16: not on first-generation Gaudi (Transformers ``is_torch_fp16_available_on_device``
   and Accelerate ``is_fp16_available`` both return False on Gaudi1).
 - fp8: Gaudi2 and later (Accelerate falls back from fp8 to bf16 with a warning on Gaudi1).
 - int64 on the device: Gaudi2 and later, in eager mode, with ``PT_ENABLE_INT64_SUPPORT`` on
   (bridge ``env_flags.yaml`` and ``common/eager/utils.cpp:IsInt64Supported``); otherwise
   int64 tensors are cast to int32 on the device.
-- bitsandbytes: Gaudi2 and later (SPEC R9).
+- bitsandbytes: Gaudi2 and later.
 """
 
 from __future__ import annotations
@@ -164,9 +164,9 @@ def int64_findings(generation: Generation | None, environ: Mapping[str, str]) ->
 #: checks ``quant_type == "nf4"`` and uint8/bf16 storage
 #: (bitsandbytes-foundation/bitsandbytes ``bitsandbytes/backends/hpu/ops.py``); its test helper
 #: ``tests/helpers.py:is_supported_on_hpu`` excludes fp4 and float16. A maintainer: "we
-#: support only NF4 inference on Gaudi" (gaudi-facts.md §5.10). 8-bit runs through
+#: support only NF4 inference on Gaudi". 8-bit runs through
 #: bitsandbytes' generic PyTorch kernels with no HPU kernel, which its README lists for
-#: Gaudi (LLM.int8) and SPEC R9 promises: a warning, not an error.
+#: Gaudi (LLM.int8) and the plugin supports it: a warning, not an error.
 BNB_QUANT_TYPES = ("nf4",)
 
 

@@ -1,6 +1,7 @@
-"""``hl-smi`` CSV output: the parser the plugin uses and the formatter the emulator prints with.
+"""The real ``hl-smi``: running it, and parsing its CSV output (plus the formatter the
+emulator's fake tool, ``hpu_plugin.emulation.fake_hlsmi``, prints with).
 
-The format follows the real tool (gaudi-facts.md §3, Habana "Multiple Dockers" page):
+The format follows the real tool (Habana "Multiple Dockers" page):
 ``hl-smi -Q index,module_id -f csv`` prints a header line ``index, module_id`` and one row per
 device, fields separated by a comma and a space, rows in no particular order.
 ``-f csv,noheader`` drops the header. Whether quantities such as ``memory.total`` carry a

@@ -1,4 +1,4 @@
-"""Lazy and eager execution and what each allows (gaudi-facts.md §1, §2; SPEC R1, R12).
+"""Lazy and eager execution and what each allows.
 
 Eager (``PT_HPU_LAZY_MODE=0``) runs ops as they come and is the only mode with
 ``torch.compile``: the Gaudi support matrix lists ``hpu_backend`` and ``eager`` as

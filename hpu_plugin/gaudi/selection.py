@@ -110,6 +110,9 @@ class JobPlacement:
     layout: Layout
     enforced: bool  # whether the module-id combination rule applied as an error
     warnings: tuple[str, ...] = field(default=())
+    #: each process of the node was given its own module (Ray, Kubernetes): the node's group
+    #: is known only across ranks, and the pre-flight check verifies it
+    per_process: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -124,6 +127,7 @@ class JobPlacement:
 
 
 def _positive(variable: str, value: int, minimum: int, fix: str) -> None:
+    """Refuse a launcher number below ``minimum``, naming the variable."""
     if value < minimum:
         raise PlacementError(variable, value, f"an integer >= {minimum}", fix)
 
@@ -142,146 +146,27 @@ def check_distributed_job(
     (:func:`hpu_plugin.gaudi.hlsmi.index_module_map`; lets the error translate indices given
     as module ids) or just the module ids, or ``None`` when unknown.
     """
-    launch_fix = LAUNCH_FIX
-    _positive("WORLD_SIZE", world_size, 1, launch_fix)
-    _positive("LOCAL_WORLD_SIZE", local_world_size, 1, launch_fix)
-    if local_world_size > world_size:
-        raise PlacementError(
-            "LOCAL_WORLD_SIZE",
-            local_world_size,
-            f"at most WORLD_SIZE ({world_size})",
-            launch_fix,
-        )
-    if not 0 <= local_rank < local_world_size:
-        raise PlacementError(
-            "LOCAL_RANK",
-            local_rank,
-            f"0 to LOCAL_WORLD_SIZE-1 ({local_world_size - 1})",
-            launch_fix,
-        )
+    _check_launch(world_size, local_world_size, local_rank)
     raw_modules = environ.get(MODULES)
     visible = visibility.parse_visible_modules(raw_modules)
     # HABANA_VISIBLE_DEVICES is not read here: it acts at `docker run`, not in the process,
     # so a value the runtime accepted cannot make the job fail (``hpu-plugin doctor`` shows it).
     warnings: list[str] = []
-    try:
-        own = visibility.parse_module_id(environ.get(MODULE_ID))
-    except visibility.VisibilityError as exc:
-        if world_size == 1:
-            raise
-        own = None  # the hccl import sets it per rank in a distributed job
-        warnings.append(f"{exc.problem} ({MODULE_ID}={exc.value!r}); hccl replaces it per rank")
-    layout = host_layout(host_modules)
-    index_map: Mapping[int, int] | None = None
-    host: frozenset[int] | None = None
-    if isinstance(host_modules, Mapping):
-        index_map = host_modules
-        host = frozenset(host_modules.values())
-    elif host_modules is not None:
-        host = frozenset(host_modules)
-        index_map = {m: m for m in host}  # ids only: no index translation to offer
-
+    own = _own_module(environ, world_size, warnings)
+    node = _Node(host_layout(host_modules), *_host_maps(host_modules))
     if world_size == 1:
-        chosen = (own,) if own is not None else visible[:1] if visible else None
-        if chosen is not None and index_map is not None:
-            variable = MODULE_ID if own is not None else MODULES
-            visibility.check_modules_exist(chosen, index_map, variable, environ.get(variable))
-        return JobPlacement(
-            1,
-            1,
-            0,
-            chosen,
-            chosen[0] if chosen else None,
-            "single device",
-            layout,
-            False,
-        )
-
+        return _single_process(environ, own, visible, node)
     if local_world_size > MAX_DEVICES:
         raise PlacementError(
             "LOCAL_WORLD_SIZE",
             local_world_size,
             f"at most {MAX_DEVICES} processes per server (one per device)",
-            launch_fix,
+            LAUNCH_FIX,
         )
-    if visible is None:
-        modules = tuple(range(local_world_size))
-    else:
-        if len(visible) < local_world_size:
-            raise PlacementError(
-                MODULES,
-                raw_modules,
-                "one module id per process of the node",
-                f"list {local_world_size} module ids, or launch {len(visible)} process(es)",
-                problem=f"it lists {len(visible)} module(s) for {local_world_size} processes; "
-                f"local rank {len(visible)} would have no device",
-            )
-        if len(visible) > local_world_size:
-            warnings.append(
-                f"{MODULES}={raw_modules} lists {len(visible)} modules for {local_world_size} "
-                f"processes: modules {','.join(map(str, visible[local_world_size:]))} stay unused"
-            )
-        modules = visible[:local_world_size]
-
-    variable, value = (
-        (MODULES, raw_modules) if visible is not None else ("LOCAL_WORLD_SIZE", local_world_size)
-    )
-    size = len(modules)
-    enforced = layout in ("server", "group")
-    # Size first: a group of 3 is wrong whatever the module ids are.
-    if size not in SUPPORTED_GROUPS and size != 1:
-        pick = _suggest(2, modules, host) or "0,1"
-        raise PlacementError(
-            variable,
-            value,
-            supported_groups_text(),
-            f"run 2 or 4 processes per node on a supported group, e.g. {MODULES}={pick} "
-            "with 2 processes (accelerate launch --num_processes 2, torchrun --nproc-per-node 2)",
-            problem=f"a group of {size} devices ({size} processes on this node); Gaudi supports "
-            "partial-server groups of 2 or 4 only",
-        )
-    if visible is not None and index_map is not None:
-        visibility.check_modules_exist(visible, index_map, MODULES, raw_modules)
-    if visible is None and host is not None and not set(modules) <= host:
-        pick = _suggest(local_world_size, sorted(host), host) or _ids(
-            sorted(host)[:local_world_size]
-        )
-        raise PlacementError(
-            MODULES,
-            None,
-            f"module ids present on this host: {_ids(sorted(host))}",
-            f"set {MODULES}={pick}"
-            if len(host) >= local_world_size
-            else f"this host has {len(host)} device(s): {launch_fix}",
-            problem=f"local rank i then takes module i (0..{local_world_size - 1}), and "
-            f"module(s) {_ids(m for m in modules if m not in host)} are not on this host",
-        )
-    if size == 1:
-        warnings.append(
-            f"one device per node in a {world_size}-process job is not among the documented "
-            "partial-server groups (2 or 4 devices)"
-        )
-    elif not is_supported_group(modules):
-        shown = ",".join(map(str, modules))
-        pick = _suggest(size, modules, host)
-        problem = f"module ids {shown} are not a supported group of {size}"
-        if visible is None:
-            problem += " (local rank i takes module i)"
-        if enforced:
-            raise PlacementError(
-                MODULES,
-                raw_modules if visible is not None else None,
-                f"for {size} devices, module ids "
-                + " | ".join(",".join(map(str, g)) for g in SUPPORTED_GROUPS[size]),
-                f"set {MODULES}={pick}"
-                + (f" (or another supported group of {size})" if size < 8 else ""),
-                problem=problem,
-            )
-        why = "unknown: no hl-smi" if layout == "unknown" else "not the 0..7 layout, as in a VM"
-        warnings.append(
-            f"{problem}; not enforced because this host's module ids ({why}) "
-            "may not follow the documented numbering"
-        )
+    if visible is not None and len(visible) == 1 and local_world_size > 1:
+        return _one_module_per_process(environ, world_size, local_world_size, local_rank, node)
+    modules = _node_modules(visible, raw_modules, local_world_size, warnings)
+    _check_group(environ, modules, visible, world_size, node, warnings)
     if own is not None and own != modules[local_rank]:
         warnings.append(
             f"{MODULE_ID}={own} is replaced by {modules[local_rank]} ({MODULES} entry for local "
@@ -293,10 +178,221 @@ def check_distributed_job(
         local_rank,
         tuple(modules),
         modules[local_rank],
-        group_name(modules) if size > 1 else "single device per node",
-        layout,
-        enforced,
+        group_name(modules) if len(modules) > 1 else "single device per node",
+        node.layout,
+        node.layout in ("server", "group"),
         tuple(warnings),
+    )
+
+
+@dataclass(frozen=True)
+class _Node:
+    """What ``hl-smi`` says about this server, in the forms the checks need."""
+
+    layout: Layout
+    index_map: Mapping[int, int] | None
+    host: frozenset[int] | None
+
+
+def _check_launch(world_size: int, local_world_size: int, local_rank: int) -> None:
+    """The launcher's own numbers must be consistent before any device rule means anything."""
+    _positive("WORLD_SIZE", world_size, 1, LAUNCH_FIX)
+    _positive("LOCAL_WORLD_SIZE", local_world_size, 1, LAUNCH_FIX)
+    if local_world_size > world_size:
+        raise PlacementError(
+            "LOCAL_WORLD_SIZE", local_world_size, f"at most WORLD_SIZE ({world_size})", LAUNCH_FIX
+        )
+    if not 0 <= local_rank < local_world_size:
+        raise PlacementError(
+            "LOCAL_RANK",
+            local_rank,
+            f"0 to LOCAL_WORLD_SIZE-1 ({local_world_size - 1})",
+            LAUNCH_FIX,
+        )
+
+
+def _own_module(environ: Mapping[str, str], world_size: int, warnings: list[str]) -> int | None:
+    """``HLS_MODULE_ID``: an error alone, a warning in a job (hccl replaces it per rank)."""
+    try:
+        return visibility.parse_module_id(environ.get(MODULE_ID))
+    except visibility.VisibilityError as exc:
+        if world_size == 1:
+            raise
+        warnings.append(f"{exc.problem} ({MODULE_ID}={exc.value!r}); hccl replaces it per rank")
+        return None
+
+
+def _host_maps(
+    host_modules: HostModules,
+) -> tuple[Mapping[int, int] | None, frozenset[int] | None]:
+    if isinstance(host_modules, Mapping):
+        return host_modules, frozenset(host_modules.values())
+    if host_modules is None:
+        return None, None
+    host = frozenset(host_modules)
+    return {m: m for m in host}, host  # ids only: no index translation to offer
+
+
+def _single_process(
+    environ: Mapping[str, str], own: int | None, visible: tuple[int, ...] | None, node: _Node
+) -> JobPlacement:
+    chosen = (own,) if own is not None else visible[:1] if visible else None
+    if chosen is not None and node.index_map is not None:
+        variable = MODULE_ID if own is not None else MODULES
+        visibility.check_modules_exist(chosen, node.index_map, variable, environ.get(variable))
+    return JobPlacement(
+        1, 1, 0, chosen, chosen[0] if chosen else None, "single device", node.layout, False
+    )
+
+
+def _one_module_per_process(
+    environ: Mapping[str, str],
+    world_size: int,
+    local_world_size: int,
+    local_rank: int,
+    node: _Node,
+) -> JobPlacement:
+    """One module listed, several processes on the node: each process was given its own.
+
+    Ray (``resources_per_worker={"HPU": 1}``) and the Kubernetes Gaudi device plugin give
+    every worker exactly its module in ``HABANA_VISIBLE_MODULES``, with ``LOCAL_RANK`` the
+    node-local rank. The Gaudi software acquires a device by type among the visible ones, so
+    the process takes the one module it sees, whatever its local rank. Whether the node's
+    processes hold different modules forming a supported group can only be seen across
+    ranks: the pre-flight check (:mod:`hpu_plugin.gaudi.preflight`) compares them.
+    """
+    raw = environ.get(MODULES)
+    (module,) = visibility.parse_visible_modules(raw) or ()
+    if node.index_map is not None:
+        visibility.check_modules_exist((module,), node.index_map, MODULES, raw)
+    return JobPlacement(
+        world_size,
+        local_world_size,
+        local_rank,
+        (module,),
+        module,
+        "one module per process",
+        node.layout,
+        node.layout in ("server", "group"),
+        per_process=True,
+    )
+
+
+def _node_modules(
+    visible: tuple[int, ...] | None,
+    raw_modules: str | None,
+    local_world_size: int,
+    warnings: list[str],
+) -> tuple[int, ...]:
+    """Local rank ``i`` takes entry ``i`` of the visible list, or module ``i`` without one."""
+    if visible is None:
+        return tuple(range(local_world_size))
+    if len(visible) < local_world_size:
+        raise PlacementError(
+            MODULES,
+            raw_modules,
+            "one module id per process of the node, or exactly one (each process its own)",
+            f"list {local_world_size} module ids, or launch {len(visible)} process(es)",
+            problem=f"it lists {len(visible)} module(s) for {local_world_size} processes; "
+            f"local rank {len(visible)} would have no device",
+        )
+    if len(visible) > local_world_size:
+        warnings.append(
+            f"{MODULES}={raw_modules} lists {len(visible)} modules for {local_world_size} "
+            f"processes: modules {_ids(visible[local_world_size:])} stay unused"
+        )
+    return visible[:local_world_size]
+
+
+def _check_group(
+    environ: Mapping[str, str],
+    modules: Sequence[int],
+    visible: tuple[int, ...] | None,
+    world_size: int,
+    node: _Node,
+    warnings: list[str],
+) -> None:
+    """Size, presence on the host, then the module-id combination of the node's group."""
+    raw_modules = environ.get(MODULES)
+    variable, value = (
+        (MODULES, raw_modules) if visible is not None else ("LOCAL_WORLD_SIZE", len(modules))
+    )
+    check_group_size(variable, value, modules, node.host)
+    if visible is not None and node.index_map is not None:
+        visibility.check_modules_exist(visible, node.index_map, MODULES, raw_modules)
+    if visible is None and node.host is not None:
+        _check_default_modules_present(modules, node.host)
+    if len(modules) == 1:
+        warnings.append(
+            f"one device per node in a {world_size}-process job is not among the documented "
+            "partial-server groups (2 or 4 devices)"
+        )
+        return
+    warning = check_combination(modules, raw_modules if visible is not None else None, node)
+    if warning:
+        warnings.append(warning)
+
+
+def check_group_size(
+    variable: str, value: object, modules: Sequence[int], host: frozenset[int] | None
+) -> None:
+    """A group of 3 is wrong whatever the module ids are."""
+    size = len(modules)
+    if size in SUPPORTED_GROUPS or size == 1:
+        return
+    pick = _suggest(2, modules, host) or "0,1"
+    raise PlacementError(
+        variable,
+        value,
+        supported_groups_text(),
+        f"run 2 or 4 processes per node on a supported group, e.g. {MODULES}={pick} "
+        "with 2 processes (accelerate launch --num_processes 2, torchrun --nproc-per-node 2)",
+        problem=f"a group of {size} devices ({size} processes on this node); Gaudi supports "
+        "partial-server groups of 2 or 4 only",
+    )
+
+
+def _check_default_modules_present(modules: Sequence[int], host: frozenset[int]) -> None:
+    size = len(modules)
+    if set(modules) <= host:
+        return
+    pick = _suggest(size, sorted(host), host) or _ids(sorted(host)[:size])
+    raise PlacementError(
+        MODULES,
+        None,
+        f"module ids present on this host: {_ids(sorted(host))}",
+        f"set {MODULES}={pick}"
+        if len(host) >= size
+        else f"this host has {len(host)} device(s): {LAUNCH_FIX}",
+        problem=f"local rank i then takes module i (0..{size - 1}), and "
+        f"module(s) {_ids(m for m in modules if m not in host)} are not on this host",
+    )
+
+
+def check_combination(modules: Sequence[int], raw_modules: str | None, node: _Node) -> str:
+    """Raise for an unlisted combination where module ids follow the physical numbering;
+    elsewhere return the warning (empty when the group is supported)."""
+    if is_supported_group(modules):
+        return ""
+    size = len(modules)
+    pick = _suggest(size, modules, node.host)
+    problem = f"module ids {_ids(modules)} are not a supported group of {size}"
+    if raw_modules is None:
+        problem += " (local rank i takes module i)"
+    if node.layout in ("server", "group"):
+        raise PlacementError(
+            MODULES,
+            raw_modules,
+            f"for {size} devices, module ids "
+            + " | ".join(_ids(g) for g in SUPPORTED_GROUPS[size]),
+            f"set {MODULES}={pick}"
+            + (f" (or another supported group of {size})" if size < 8 else ""),
+            problem=problem,
+        )
+    why = "unknown: no hl-smi" if node.layout == "unknown" else "not the 0..7 layout, as in a VM"
+    return (
+        f"{problem}; not enforced because this host's module ids ({why}) "
+        "may not follow the documented numbering"
     )
 
 

@@ -15,6 +15,9 @@ STANDINS = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "emulation", "standins"
 )
 
+#: The torch device type the Gaudi software registers (``torch.hpu``, ``device="hpu"``).
+DEVICE_TYPE = "hpu"
+
 #: The distribution of the real Gaudi software (imported as ``habana_frameworks``).
 GAUDI_DISTRIBUTION = "habana-torch-plugin"
 

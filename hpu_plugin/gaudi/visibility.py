@@ -1,5 +1,5 @@
 """Which Gaudi devices a process may use: ``HABANA_VISIBLE_MODULES``, ``HABANA_VISIBLE_DEVICES``,
-``HLS_MODULE_ID`` (gaudi-facts.md §2, SPEC R4).
+``HLS_MODULE_ID``.
 
 Module ids are stable across reboots and driver reinstalls; device indices are not. The
 Gaudi software takes entry ``i`` of ``HABANA_VISIBLE_MODULES`` for local rank ``i``, so the

@@ -41,6 +41,9 @@ def install(registry: Registry) -> None:
             available = registry.device_available()
             if available:
                 torch_adapter.install(registry, patches)
+                from hpu_plugin.hosts import shape_buckets
+
+                shape_buckets.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
         except Exception as exc:  # activation must never break `import torch`

@@ -5,7 +5,7 @@ registry routes the default device, MULTI_HPU, seeding, RNG checkpoints, memory 
 ``accelerate config``. What the hooks own beyond availability is wrapped where Accelerate
 decides it: the collective backend (``PartialState._prepare_backend``), the process count
 of ``accelerate launch`` and the device lines of ``accelerate env`` (no release lists HPU).
-Older releases have no MULTI_HPU at all, so every adapter stays out of them (R3).
+Older releases have no MULTI_HPU at all, so every adapter stays out of them.
 """
 
 from __future__ import annotations
@@ -17,16 +17,24 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import Patches, cached_like, record_out, say_once, stay_out
+from hpu_plugin.hosts.patching import (
+    Patches,
+    cached_like,
+    is_ours,
+    original_of,
+    ours,
+    record_out,
+    say_once,
+)
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 HOST = "accelerate"
-DEVICE_TYPE = "hpu"
 
 
 def make_is_hpu_available(registry: Registry, original: Callable[..., Any]) -> Callable[..., bool]:
@@ -57,7 +65,7 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
             getattr(module, "__version__", None) or _version(),
         )
         return False
-    if not getattr(original, "__hpu_plugin__", False):
+    if not is_ours(original):
         patches.replace_everywhere(original, make_is_hpu_available(registry, original))
     return True
 
@@ -71,12 +79,12 @@ def _version() -> str:
 def install_state(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     """The backend of a MULTI_HPU job comes from the DDP hooks unless the user named one."""
     cls = getattr(module, "PartialState", None)
-    original = vars(cls).get("_prepare_backend") if cls is not None else None
     multi_hpu = getattr(getattr(module, "DistributedType", None), "MULTI_HPU", None)
-    if original is None or multi_hpu is None:
-        stay_out(HOST, "distributed backend", "PartialState._prepare_backend with MULTI_HPU")
-        return
-    if getattr(original, "__hpu_plugin__", False):
+    original = original_of(
+        cls, "_prepare_backend", HOST, "distributed backend",
+        "PartialState._prepare_backend with MULTI_HPU", found=multi_hpu is not None, own=True,
+    )
+    if original is None:
         return
 
     @functools.wraps(original)
@@ -85,22 +93,21 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
     ) -> tuple[str | None, Any]:
         chosen_backend, distributed_type = original(self, cpu, sagemaker_dp, backend)
         if distributed_type == multi_hpu:
-            chosen = registry.ddp_backend(DEVICE_TYPE, backend)
+            chosen = registry.ddp_backend(backend, DEVICE_TYPE)
             if backend is None and chosen is not None:
                 chosen_backend = chosen
         return chosen_backend, distributed_type
 
-    _prepare_backend.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "_prepare_backend", _prepare_backend)
+    patches.set(cls, "_prepare_backend", ours(_prepare_backend))
 
 
 def install_launch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R15: without ``--num_processes`` (nor a config file), one process per Gaudi device."""
-    original = getattr(module, "_validate_launch_command", None)
-    if original is None or not hasattr(module, "is_hpu_available"):
-        stay_out(HOST, "launch", "commands.launch._validate_launch_command")
-        return
-    if getattr(original, "__hpu_plugin__", False):
+    """Without ``--num_processes`` (nor a config file), one process per Gaudi device."""
+    original = original_of(
+        module, "_validate_launch_command", HOST, "launch",
+        "commands.launch._validate_launch_command", found=hasattr(module, "is_hpu_available"),
+    )
+    if original is None:
         return
     config_file = getattr(module, "default_config_file", None)
 
@@ -124,17 +131,13 @@ def install_launch(registry: Registry, patches: Patches, module: types.ModuleTyp
                 )
         return original(args)
 
-    _validate_launch_command.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.replace_everywhere(original, _validate_launch_command)
+    patches.replace_everywhere(original, ours(_validate_launch_command))
 
 
 def install_env(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     """``accelerate env`` lists the Gaudi devices (no Accelerate release does)."""
-    original = getattr(module, "env_command", None)
+    original = original_of(module, "env_command", HOST, "env", "commands.env.env_command")
     if original is None:
-        stay_out(HOST, "env", "commands.env.env_command")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
 
     @functools.wraps(original)
@@ -168,8 +171,7 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
             info.update(extra)
         return info
 
-    env_command.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.replace_everywhere(original, env_command)
+    patches.replace_everywhere(original, ours(env_command))
 
 
 def install(registry: Registry, patches: Patches, available: bool) -> None:

@@ -53,6 +53,37 @@ def stay_out(host: str, adapter: str, missing: str) -> None:
     )
 
 
+def ours(replacement: Any) -> Any:
+    """Mark ``replacement`` as the plugin's, so a second install never wraps it again."""
+    replacement.__hpu_plugin__ = True
+    return replacement
+
+
+def is_ours(value: object) -> bool:
+    return bool(getattr(value, "__hpu_plugin__", False))
+
+
+def original_of(
+    owner: Any, name: str, host: str, adapter: str, missing: str, *, found: bool = True,
+    own: bool = False,
+) -> Any | None:
+    """The host attribute an adapter replaces, or ``None`` when the adapter has nothing to do.
+
+    The sequence every ``install_*`` starts with: look ``name`` up on ``owner`` (in its own
+    ``__dict__`` with ``own``, so an inherited attribute is not taken for the class's); when it
+    is missing, or ``found`` (the adapter's other prerequisites) is false, log the one
+    stay-out line naming ``missing``; when it is already ours, stay quiet.
+    """
+    if owner is None:
+        value = None
+    else:
+        value = vars(owner).get(name) if own else getattr(owner, name, None)
+    if value is None or not found:
+        stay_out(host, adapter, missing)
+        return None
+    return None if is_ours(value) else value
+
+
 def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -> Any:
     """``replacement`` dressed as the host function it replaces: ``lru_cache`` (hosts and
     tests call ``cache_clear``), the docstring, Transformers 5's dynamo constant marker,
@@ -63,9 +94,7 @@ def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -
     ):
         replacement._dynamo_marked_constant = True  # type: ignore[attr-defined]
     replacement.__doc__ = original.__doc__
-    cached = functools.lru_cache(replacement)
-    cached.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return cached
+    return ours(functools.lru_cache(replacement))
 
 
 class Patches:
@@ -73,6 +102,10 @@ class Patches:
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        """Record a change made another way than :meth:`set` (it is undone in order)."""
+        self._undo.append(undo)
 
     def set(self, owner: Any, name: str, value: Any) -> None:
         old = vars(owner).get(name, _MISSING)

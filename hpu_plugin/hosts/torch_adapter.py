@@ -15,12 +15,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts.callers import find_caller
+from hpu_plugin.hosts.patching import Patches, original_of, ours, say_once, stay_out
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
-DEVICE_TYPE = "hpu"
 
 
 def _describe(backend: object) -> str:
@@ -29,6 +30,34 @@ def _describe(backend: object) -> str:
     if isinstance(backend, str):
         return repr(backend)
     return getattr(backend, "__name__", repr(backend))
+
+
+#: ``torch.compile`` calls made by libraries while they were imported (``file:line``), whose
+#: backend was replaced without a warning; ``hpu-plugin info`` counts them.
+import_time_decorations: list[str] = []
+
+
+def _say_replaced(requested: object, chosen: object, warned: set[object]) -> None:
+    """Warn once per requested backend, naming the caller's file and line; a library's own
+    decoration at import time is logged at debug (the user did not write it)."""
+    caller = find_caller(3)
+    where = caller.where if caller is not None else "an unknown caller"
+    if caller is not None and caller.import_time_library:
+        import_time_decorations.append(where)
+        log.debug(
+            "hpu_plugin: torch.compile at %s (a library, while it is imported): backend %s "
+            "replaced by %s", where, _describe(requested), _describe(chosen),
+        )
+        return
+    key = requested if isinstance(requested, str) or requested is None else id(requested)
+    if key in warned:
+        return
+    warned.add(key)
+    log.warning(
+        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s. "
+        "Pass backend=%r to silence this warning.",
+        _describe(requested), where, _describe(chosen), chosen,
+    )
 
 
 def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,18 +78,10 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
         if chosen is None or chosen is requested or chosen == requested:
             return original(*args, **kwargs)
         kwargs["backend"] = chosen
-        key = requested if isinstance(requested, str) or requested is None else id(requested)
-        if key not in warned:
-            warned.add(key)
-            log.warning(
-                "hpu_plugin: torch.compile backend %s does not run on Gaudi (hpu); using %s. "
-                "Pass backend=%r to silence this warning.",
-                _describe(requested), _describe(chosen), chosen,
-            )
+        _say_replaced(requested, chosen, warned)
         return original(*args, **kwargs)
 
-    compile.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return compile
+    return ours(compile)
 
 
 def _is_transformers_compile_wrapper(value: object) -> bool:
@@ -96,16 +117,14 @@ def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
     def undo() -> None:
         torch.__class__ = base
 
-    patches._undo.append(undo)
+    patches.on_undo(undo)
 
 
 def install_compile(registry: Registry, patches: Patches) -> None:
     import torch
 
-    original = getattr(torch, "compile", None)
-    if original is None or getattr(original, "__hpu_plugin__", False):
-        if original is None:
-            stay_out("torch", "torch.compile", "torch.compile")
+    original = original_of(torch, "compile", "torch", "torch.compile", "torch.compile")
+    if original is None:
         return
     patches.set(torch, "compile", make_compile(registry, original))
     _guard_torch_module(torch, patches)
@@ -115,22 +134,26 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
     """``init_process_group`` whose missing backend comes from ``registry.ddp_backend``.
 
     A backend the caller named is kept, but still shown to the hooks first so that one
-    that cannot work on Gaudi is refused before any process waits on a collective.
+    that cannot work on Gaudi is refused before any process waits on a collective. An
+    ``hccl`` group is then checked across ranks (:mod:`hpu_plugin.hosts.preflight`).
     """
 
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         requested = args[0] if args else kwargs.get("backend")
-        chosen = registry.ddp_backend(DEVICE_TYPE, requested)
+        chosen = registry.ddp_backend(requested, DEVICE_TYPE)
         if requested is None and chosen is not None:
             if args:
                 args = (chosen, *args[1:])
             else:
                 kwargs["backend"] = chosen
+        if (chosen or requested) == "hccl":
+            from hpu_plugin.hosts.preflight import init_with_preflight
+
+            return init_with_preflight(registry, original, args, kwargs)
         return original(*args, **kwargs)
 
-    init_process_group.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return init_process_group
+    return ours(init_process_group)
 
 
 def install_distributed(registry: Registry, patches: Patches) -> None:
@@ -140,11 +163,11 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
         return
     from torch.distributed import distributed_c10d
 
-    original = getattr(distributed_c10d, "init_process_group", None)
+    original = original_of(
+        distributed_c10d, "init_process_group", "torch", "init_process_group",
+        "torch.distributed.init_process_group",
+    )
     if original is None:
-        stay_out("torch", "init_process_group", "torch.distributed.init_process_group")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
     patches.replace_everywhere(
         original, make_init_process_group(registry, original), alias_scope="torch.distributed"

@@ -12,36 +12,39 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import re
 import types
 from collections.abc import Callable
 from typing import Any
 
-from hpu_plugin.hosts import importhook
+from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts import importhook, transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import Patches, cached_like, host_version, say_once, stay_out
+from hpu_plugin.hosts.patching import (
+    Patches,
+    cached_like,
+    host_version,
+    is_ours,
+    original_of,
+    ours,
+    say_once,
+    stay_out,
+)
+from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 HOST = "transformers"
-DEVICE_TYPE = "hpu"
-#: Transformers turns HPU off below this Accelerate release (R3): the first with HPU code.
-MIN_ACCELERATE = (1, 5, 0)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"(\d+)(?:\.(\d+))?(?:\.(\d+))?", version.strip())
-    if match is None:
-        return ()
-    return tuple(int(part) for part in match.groups() if part is not None)
+#: Transformers turns HPU off below this Accelerate release: the first with HPU code.
+MIN_ACCELERATE = HPU_CODE_SINCE["accelerate"]
 
 
 def accelerate_allows_hpu(accelerate_version: str | None) -> bool:
-    """R3: no Accelerate, or Accelerate >= 1.5.0. Logs the fix once when it says no."""
+    """No Accelerate, or Accelerate >= 1.5.0. Logs the fix once when it says no."""
     if accelerate_version is None or accelerate_version == "?":
         return True
-    if _release(accelerate_version) >= MIN_ACCELERATE:
+    key, since = release_key(accelerate_version), release_key(MIN_ACCELERATE)
+    if key is not None and since is not None and key[0] >= since[0]:  # 1.5.0rc1 has HPU code
         return True
     say_once(
         "accelerate-too-old", logging.WARNING,
@@ -57,40 +60,59 @@ def _installed_accelerate() -> str | None:
     return None if version == "?" else version
 
 
+def _keep_gaudi_workarounds(patches: Patches, release: tuple[int, ...]) -> None:
+    try:
+        transformers_gaudi_ops.install(patches, release)
+    except Exception as exc:  # a kernel registration must never break the answer
+        say_once("gaudi-ops", logging.WARNING,
+                 "hpu_plugin: Transformers' Gaudi workarounds could not be installed (%s: %s); "
+                 "int64 gather, self-aliasing scatter and cholesky may fail on Gaudi.",
+                 type(exc).__name__, exc)
+
+
 def make_is_torch_hpu_available(
-    registry: Registry, original: Callable[..., Any]
+    registry: Registry, original: Callable[..., Any], patches: Patches | None = None
 ) -> Callable[..., bool]:
     """The registry's answer, under R3, with the host's cache API and compile marker.
 
     The original is not called: besides answering, it patches ``torch.gather``,
     ``torch.scatter`` and ``torch.compile`` with Python wrappers, which would put a
-    Python frame on every CPU gather and pre-empt the compile hooks.
+    Python frame on every CPU gather and pre-empt the compile hooks. Its Gaudi workarounds
+    are installed instead as HPU kernels, when it would have installed them: on a True
+    answer (``transformers_gaudi_ops``; the compile hooks own ``torch.compile``).
     """
+    key = release_key(host_version(HOST))
+    release = key[0] if key is not None else ()
 
     def is_torch_hpu_available() -> bool:
-        return registry.device_available() and accelerate_allows_hpu(_installed_accelerate())
+        answer = registry.device_available() and accelerate_allows_hpu(_installed_accelerate())
+        if answer and patches is not None:
+            _keep_gaudi_workarounds(patches, release)
+        return answer
 
     return cached_like(original, is_torch_hpu_available)
 
 
 def install_availability(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    original = getattr(module, "is_torch_hpu_available", None)
+    original = original_of(
+        module, "is_torch_hpu_available", HOST, "availability",
+        "is_torch_hpu_available (HPU support starts at 4.51)",
+    )
     if original is None:
-        stay_out(HOST, "availability", "is_torch_hpu_available (HPU support starts at 4.51)")
         return
-    if getattr(original, "__hpu_plugin__", False):
-        return
-    patches.replace_everywhere(original, make_is_torch_hpu_available(registry, original))
+    patches.replace_everywhere(
+        original, make_is_torch_hpu_available(registry, original, patches)
+    )
 
 
 def install_training_args(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R13: ``torch_compile=True`` takes its backend from the compile hooks on Gaudi."""
+    """``torch_compile=True`` takes its backend from the compile hooks on Gaudi."""
     cls = getattr(module, "TrainingArguments", None)
-    original = getattr(cls, "__post_init__", None)
-    if cls is None or original is None or not hasattr(cls, "torch_compile_backend"):
-        stay_out(HOST, "TrainingArguments", "TrainingArguments.torch_compile_backend")
-        return
-    if getattr(original, "__hpu_plugin__", False):
+    original = original_of(
+        cls, "__post_init__", HOST, "TrainingArguments", "TrainingArguments.torch_compile_backend",
+        found=hasattr(cls, "torch_compile_backend"),
+    )
+    if original is None:
         return
 
     @functools.wraps(original)
@@ -105,18 +127,16 @@ def install_training_args(registry: Registry, patches: Patches, module: types.Mo
                     self.torch_compile_backend = chosen
         original(self)
 
-    __post_init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "__post_init__", __post_init__)
+    patches.set(cls, "__post_init__", ours(__post_init__))
 
 
 def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """R8: with no ``device``, a pipeline runs on the device this process uses."""
+    """With no ``device``, a pipeline runs on the device this process uses."""
     cls = getattr(module, "Pipeline", None)
-    original = vars(cls).get("__init__") if cls is not None else None
+    original = original_of(
+        cls, "__init__", HOST, "pipeline", "pipelines.base.Pipeline.__init__", own=True
+    )
     if original is None:
-        stay_out(HOST, "pipeline", "pipelines.base.Pipeline.__init__")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
 
     parameters = list(inspect.signature(original).parameters)
@@ -135,8 +155,7 @@ def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleT
                     kwargs["device"] = properties.current
         original(self, *args, **kwargs)
 
-    __init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "__init__", __init__)
+    patches.set(cls, "__init__", ours(__init__))
 
 
 #: BitsAndBytesConfig attribute -> option name of hpu_quantization_device_map.
@@ -159,13 +178,13 @@ def bnb_options(config: Any, bits: int) -> dict[str, Any]:
 
 
 def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, bits: int) -> None:
-    """R9: bitsandbytes with no ``device_map`` places the model where the hooks say."""
+    """With bitsandbytes and no ``device_map``, the model is placed where the hooks say."""
     cls = getattr(module, f"Bnb{bits}BitHfQuantizer", None)
-    original = vars(cls).get("update_device_map") if cls is not None else None
+    original = original_of(
+        cls, "update_device_map", HOST, f"bitsandbytes {bits}-bit",
+        f"Bnb{bits}BitHfQuantizer.update_device_map", own=True,
+    )
     if original is None:
-        stay_out(HOST, f"bitsandbytes {bits}-bit", f"Bnb{bits}BitHfQuantizer.update_device_map")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
 
     @functools.wraps(original)
@@ -184,8 +203,7 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
                 return chosen
         return original(self, device_map)
 
-    update_device_map.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "update_device_map", update_device_map)
+    patches.set(cls, "update_device_map", ours(update_device_map))
 
 
 #: The report ``transformers env`` prints starts with this key (4.51 to 5.x).
@@ -199,8 +217,7 @@ def _with_gaudi_section(format_dict: Callable[[dict[str, Any]], str]) -> Callabl
             d = {**d, **gaudi_section(shown=d)}
         return format_dict(d)
 
-    format_with_gaudi.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return format_with_gaudi
+    return ours(format_with_gaudi)
 
 
 def install_env_cli(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -209,10 +226,8 @@ def install_env_cli(registry: Registry, patches: Patches, module: types.ModuleTy
     Typer registered ``env`` itself when the CLI module was imported, so the function cannot
     be replaced; the module-level formatter it calls at run time can.
     """
-    original = getattr(module, "_format_dict", None)
-    if original is None:
-        stay_out(HOST, "env", "cli.system._format_dict")
-    elif not getattr(original, "__hpu_plugin__", False):
+    original = original_of(module, "_format_dict", HOST, "env", "cli.system._format_dict")
+    if original is not None:
         patches.set(module, "_format_dict", _with_gaudi_section(original))
 
 
@@ -222,7 +237,7 @@ def install_env_command(registry: Registry, patches: Patches, module: types.Modu
     original = inspect.getattr_static(cls, "format_dict", None) if cls is not None else None
     if not isinstance(original, staticmethod):
         stay_out(HOST, "env", "commands.env.EnvironmentCommand.format_dict")
-    elif not getattr(original.__func__, "__hpu_plugin__", False):
+    elif not is_ours(original.__func__):
         patches.set(cls, "format_dict", staticmethod(_with_gaudi_section(original.__func__)))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from hpu_plugin.gaudi.modes import EAGER, check_compile
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import CompileBackend, hookimpl
 
 SUPPORTED = EAGER.compile_backends
@@ -19,7 +20,7 @@ SUPPORTED = EAGER.compile_backends
 def hpu_compile_backend(
     requested: CompileBackend | None, device_type: str
 ) -> CompileBackend | None:
-    if device_type != "hpu":
+    if device_type != DEVICE_TYPE:
         return None
     check_compile(os.environ)  # lazy mode: a Refusal naming PT_HPU_LAZY_MODE and the fix
     if callable(requested) or requested in SUPPORTED:

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+from collections.abc import Mapping
 
+from hpu_plugin.gaudi import preflight
+from hpu_plugin.gaudi.environment import INT64, LAZY_MODE
 from hpu_plugin.gaudi.selection import check_this_process
+from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 log = logging.getLogger("hpu_plugin")
@@ -21,8 +26,8 @@ FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs
 
 
 @hookimpl
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
-    if device_type != "hpu":
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
+    if device_type != DEVICE_TYPE:
         return None
     if requested in FOREIGN:
         raise Refusal(
@@ -35,3 +40,24 @@ def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
     if placement is not None:
         placement.log_warnings(log)
     return "hccl"
+
+
+@hookimpl
+def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """Who this rank is, and the settings every rank must share (compared by the host)."""
+    placement = check_this_process(environ)
+    module = environ.get("HLS_MODULE_ID") or (
+        str(placement.module_id) if placement and placement.module_id is not None else ""
+    )
+    return {
+        preflight.RANK: environ.get("RANK", "0"),
+        preflight.NODE: socket.gethostname(),
+        # torchrun and accelerate launch set GROUP_RANK (the node's rank); Ray sets NODE_RANK
+        preflight.NODE_RANK: environ.get("GROUP_RANK") or environ.get("NODE_RANK") or "0",
+        preflight.LOCAL_RANK: environ.get("LOCAL_RANK", "0"),
+        preflight.MODULE: module,
+        preflight.PER_PROCESS: "yes" if placement is not None and placement.per_process else "no",
+        "device selection": preflight.selection_pattern(environ, placement),
+        INT64: environ.get(INT64, "(unset)"),
+        LAZY_MODE: environ.get(LAZY_MODE, "(unset)"),
+    }

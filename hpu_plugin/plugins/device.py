@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 from hpu_plugin.gaudi.environment import apply_defaults
 from hpu_plugin.gaudi.selection import check_this_process
@@ -55,3 +55,14 @@ def hpu_device_properties() -> DeviceProperties | None:
         current=hpu.current_device(),
         generation=hpu.get_device_name(),
     )
+
+
+@hookimpl
+def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """The Gaudi generation: every rank of a job must run on the same one."""
+    import torch
+
+    hpu = getattr(torch, "hpu", None)
+    if hpu is None or not hpu.is_available():
+        return None
+    return {"Gaudi generation": hpu.get_device_name()}

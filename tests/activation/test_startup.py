@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+
+from processes import run_python, scrubbed
 
 PROBE = """
 import importlib.util, json, sys
@@ -19,12 +18,7 @@ print(json.dumps({
 
 
 def _probe(**env: str) -> dict[str, bool]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("HPU_PLUGIN_")}
-    environ.update(env)
-    out = subprocess.run(
-        [sys.executable, "-c", PROBE], env=environ, capture_output=True, text=True, timeout=60,
-        check=True,
-    )
+    out = run_python(PROBE, scrubbed(**env), timeout=60, check=True)
     return json.loads(out.stdout)
 
 
@@ -59,12 +53,7 @@ print(json.dumps({
 
 
 def _hosts_probe(tmp_path, **env: str) -> dict[str, object]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_PLUGIN_", "PT_"))}
-    environ.update(env)
-    out = subprocess.run(
-        [sys.executable, "-c", HOSTS_PROBE, str(tmp_path)], env=environ, capture_output=True,
-        text=True, timeout=300,
-    )
+    out = run_python(HOSTS_PROBE, scrubbed(**env), timeout=300, args=[str(tmp_path)])
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -94,12 +83,8 @@ def test_gaudi_software_initialised_before_the_plugin_is_reported(tmp_path) -> N
     (package / "torch").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "torch" / "__init__.py").write_text("")  # a stand-in that needs no device
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("HPU_PLUGIN_", "PT_"))}
-    environ["PYTHONPATH"] = str(tmp_path)
     script = "import habana_frameworks.torch\nimport torch\nprint('imported')"
-    out = subprocess.run(
-        [sys.executable, "-c", script], env=environ, capture_output=True, text=True, timeout=120,
-    )
+    out = run_python(script, scrubbed(PYTHONPATH=str(tmp_path)), timeout=120)
     assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
     assert "initialised before hpu_plugin could set" in out.stderr
     assert "export PT_ENABLE_INT64_SUPPORT=1 PT_HPU_LAZY_MODE=0" in out.stderr

@@ -1,5 +1,5 @@
 """``hpu-plugin`` run as users run it: in a subprocess, with no Gaudi at all, and with an
-``hl-smi`` on PATH printing what the real tool prints (gaudi-facts.md §3)."""
+``hl-smi`` on PATH printing what the real tool prints."""
 
 from __future__ import annotations
 

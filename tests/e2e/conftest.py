@@ -6,15 +6,16 @@ point of this venv, on the emulator (``HPU_PLUGIN_EMULATE=1``).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import processes
 import pytest
+from distributions import pip_installed
+from processes import scrubbed
 
 HERE = Path(__file__).parent
 TIMEOUT = 600
@@ -33,11 +34,7 @@ class Result:
 
 
 def base_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {
-        key: value for key, value in os.environ.items()
-        if not key.startswith(("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_", "ACCELERATE_",
-                               "HPU_TEST_", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_"))
-    }
+    env = scrubbed()
     env.update(
         HF_HOME=str(tmp_path / "hf_home"),  # no default accelerate config, no hub cache
         HF_HUB_OFFLINE="1",
@@ -61,16 +58,8 @@ def run(
 ) -> Result:
     """Run ``script`` (Python source) as a user's program, or ``argv`` when given."""
     command = argv if argv is not None else [sys.executable, "-c", textwrap.dedent(script)]
-    proc = subprocess.run(
-        command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-    )
-    result = Result(proc.returncode, proc.stdout, proc.stderr)
-    if check and proc.returncode != 0:
-        raise AssertionError(
-            f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-4000:]}\n"
-            f"--- stderr\n{proc.stderr[-6000:]}"
-        )
-    return result
+    proc = processes.run(command, env, timeout, cwd, check)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.fixture(scope="session")
@@ -119,22 +108,6 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def override_plugin(tmp_path_factory) -> Iterator[str]:
     """The third-party test plugin, pip-installed as a real distribution for the session."""
-    source = tmp_path_factory.mktemp("override") / "override_plugin"
-    import shutil
-
-    shutil.copytree(HERE / "override_plugin", source)  # build artefacts stay out of the repo
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    try:  # build with the venv's setuptools when it has a recent one: no download
-        import setuptools
-
-        isolation = [] if int(setuptools.__version__.split(".")[0]) < 68 else [
-            "--no-build-isolation"
-        ]
-    except ImportError:
-        isolation = []
-    subprocess.run([*pip, "install", "--no-deps", *isolation, str(source)],
-                   check=True, timeout=300)
-    try:
+    build = tmp_path_factory.mktemp("override")
+    with pip_installed({"hpu-test-override": HERE / "override_plugin"}, build):
         yield "hpu_test_override"
-    finally:
-        subprocess.run([*pip, "uninstall", "-y", "hpu-test-override"], check=True, timeout=300)

@@ -1,7 +1,7 @@
 """Every example of the reference page ("Intel Gaudi"), run as a user would, on the emulator.
 
 The scripts are the page's, with the hub model replaced by a tiny local checkpoint; they
-never import hpu_plugin: the plugin works from ``pip install`` alone (R16).
+never import hpu_plugin: the plugin works from ``pip install`` alone.
 """
 
 from __future__ import annotations

@@ -7,28 +7,20 @@ script, so no test pays (or times out on) the build.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Mapping
 
+import processes
 import pytest
+from processes import scrubbed
 
 BUILD_TIMEOUT = 900
 RUN_TIMEOUT = 300
 
-#: Variables of the parent environment that would change what a test script sees.
-_SCRUB = (
-    "HPU_PLUGIN_EMULATE", "HPU_PLUGIN_EMULATE_DEVICES", "HPU_PLUGIN_EMULATE_MODULES",
-    "HPU_PLUGIN_EMULATE_MEMORY", "HPU_PLUGIN_DISABLE", "HABANA_VISIBLE_MODULES",
-    "HABANA_VISIBLE_DEVICES", "HLS_MODULE_ID", "LOCAL_RANK", "RANK", "WORLD_SIZE",
-    "PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE", "MASTER_ADDR", "MASTER_PORT",
-)
-
-
 def script_env(extra: Mapping[str, str] | None = None, *, emulate: str | None = "1") -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env = scrubbed()
     env["PYTHONUNBUFFERED"] = "1"
     env["TOKENIZERS_PARALLELISM"] = "false"
     env["HF_HUB_OFFLINE"] = "1"
@@ -47,19 +39,8 @@ def run_script(
     args: list[str] | None = None,  # a command to run instead of the script
     check: bool = True,
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        args or [sys.executable, "-c", textwrap.dedent(script)],
-        env=script_env(extra_env, emulate=emulate),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    if check and proc.returncode != 0:
-        pytest.fail(
-            f"script failed ({proc.returncode})\n--- stdout\n{proc.stdout[-4000:]}\n"
-            f"--- stderr\n{proc.stderr[-6000:]}"
-        )
-    return proc
+    argv = args or [sys.executable, "-c", textwrap.dedent(script)]
+    return processes.run(argv, script_env(extra_env, emulate=emulate), timeout, check=check)
 
 
 @pytest.fixture(scope="session")

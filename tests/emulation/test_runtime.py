@@ -305,6 +305,6 @@ def test_hl_smi_prints_like_the_real_tool_and_is_on_path_for_children(run):
     """, {"HPU_PLUGIN_EMULATE_MODULES": "5,4,7,6", "HPU_PLUGIN_EMULATE_DEVICES": "4"})
     assert out.stdout == "index, module_id\n0, 5\n1, 4\n2, 7\n3, 6\n"
     direct = run("", {"HPU_PLUGIN_EMULATE_DEVICES": "2"},
-                 args=[__import__("sys").executable, "-m", "hpu_plugin.emulation.hlsmi",
+                 args=[__import__("sys").executable, "-m", "hpu_plugin.emulation.fake_hlsmi",
                        "-Q", "index,module_id", "-f", "csv,noheader"])
     assert direct.stdout == "0, 0\n1, 1\n"

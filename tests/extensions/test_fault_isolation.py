@@ -53,7 +53,7 @@ FAULTS = {
             raise ZeroDivisionError("plugin broken in a hook")
 
         @hookimpl(tryfirst=True)
-        def hpu_ddp_backend(device_type, requested):
+        def hpu_ddp_backend(requested, device_type):
             raise ZeroDivisionError("plugin broken in a hook")
         """, "ZeroDivisionError('plugin broken in a hook')"),
     "wrong-type": ("""

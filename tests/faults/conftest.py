@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from extensions.conftest import NEUTRAL_CWD, pip_installed
+from distributions import pip_installed
+from extensions.conftest import NEUTRAL_CWD
 
 #: The gate every generated plugin starts with.
 GATE = 'import os\nACTIVE = os.environ.get("HPU_FAULT_CASE") == {name!r}\n'
@@ -43,22 +44,17 @@ IMPORT_FAULTS: dict[str, str] = {
                         "args=(3600,), daemon=True).start()\ntime.sleep(3600)"),
 }
 
-#: Hook-time faults: (hookimpl options, hook, body of the active branch, inert body).
+#: Hook-time faults in real programs: (hookimpl options, hook, body of the active branch).
+#: Every hook form times every exception is covered in-process by test_hook_forms.py; these
+#: hold the promise where the issue saw it broken: torch.compile, init_process_group, the
+#: device check and the environment step inside import torch.
 _COMPILE = "hpu_compile_backend(requested, device_type)"
-_DDP = "hpu_ddp_backend(device_type, requested)"
+_DDP = "hpu_ddp_backend(requested, device_type)"
 _AVAIL = "hpu_device_available()"
 _ENVIRON = "hpu_prepare_environment(environ)"
 HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
-    "compile_exit_plain": ("tryfirst=True", _COMPILE, "import sys; sys.exit(0)"),
-    "compile_exit_trylast": ("trylast=True", _COMPILE, "import sys; sys.exit(1)"),
-    "compile_exit_before": ("wrapper=True", _COMPILE, "import sys; sys.exit(0)\nyield"),
     "compile_exit_after": ("wrapper=True", _COMPILE, "yield\nimport sys; sys.exit(0)"),
-    "compile_exit_hookwrapper": ("hookwrapper=True", _COMPILE, "yield\nimport sys; sys.exit(2)"),
-    "compile_base_after": ("wrapper=True", _COMPILE,
-                           "yield\nraise type('Boom', (BaseException,), {})('after')"),
-    "compile_genexit": ("tryfirst=True", _COMPILE, "raise GeneratorExit('misused')"),
     "compile_bogus": ("tryfirst=True", _COMPILE, "return 'bogus'"),
-    "compile_wrong_type": ("tryfirst=True", _COMPILE, "return 42"),
     "ddp_exit_plain": ("tryfirst=True", _DDP, "import sys; sys.exit(0)"),
     "ddp_exit_after": ("wrapper=True", _DDP, "yield\nimport sys; sys.exit(0)"),
     "ddp_exit_hookwrapper": ("hookwrapper=True", _DDP, "import sys; sys.exit(0)\nyield"),

@@ -38,21 +38,76 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_setting_turns_the_plugin_off_cleanly(case):
-    values, named = CASES[case]
-    env = environ(**{"HPU_PLUGIN_EMULATE": "1", **values})
+#: Each in its own ``import torch``; the other cases run activation again in one process.
+SEPARATE = ("memory 0.5", "local rank abc")
+
+BATCH = """
+import json, logging, os, sys
+import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
+from hpu_plugin import activation, registry
+lines = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        lines.append(record.getMessage())
+logging.getLogger("hpu_plugin").addHandler(Keep())
+results = {}
+for case, values in CASES.items():
+    saved = dict(os.environ)
+    os.environ.update(values)
+    activation.state.clear()
+    activation.state.update(status="off", reason="not run")
+    registry._registry = None
+    del lines[:]
+    activation.autoload()
+    results[case] = {
+        "status": activation.state["status"], "reason": activation.state["reason"],
+        "emulator": "hpu_plugin_emulator" in sys.modules,
+        "exported": [n for n in ("PT_HPU_LAZY_MODE", "PT_ENABLE_INT64_SUPPORT")
+                     if n in os.environ and n not in values],
+        "messages": list(lines), "tensor": torch.ones(2).tolist()}
+    os.environ.clear()
+    os.environ.update(saved)
+print("REPORT " + json.dumps(results))
+"""
+
+
+def _values(case: str) -> dict[str, str]:
+    values = {"HPU_PLUGIN_EMULATE": "1", **CASES[case][0]}
     if case == "cache unwritable":
-        env["XDG_CACHE_HOME"] = "/proc/hpu-plugin-cache"
-    done = run(PROGRAM, env)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = report(done)
+        values["XDG_CACHE_HOME"] = "/proc/hpu-plugin-cache"
+    return values
+
+
+def _check(case: str, result: dict[str, object], messages: list[str]) -> None:
+    named = CASES[case][1]
     assert result["status"] == "failed" and result["tensor"] == [1.0, 1.0]
-    assert named in str(result["reason"]) and "Traceback" not in done.stderr
+    assert named in str(result["reason"])
     assert result["emulator"] is False, "the emulator must not run while the plugin is off"
     assert result["exported"] == []
+    assert len(messages) == 1, messages
+
+
+@pytest.mark.parametrize("case", SEPARATE)
+def test_a_bad_setting_turns_the_plugin_off_cleanly(case):
+    done = run(PROGRAM, environ(**_values(case)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
     messages = [line for line in done.stderr.splitlines() if line.startswith("hpu_plugin:")]
-    assert len(messages) == 1, done.stderr
+    _check(case, report(done), messages)
+
+
+@pytest.fixture(scope="module")
+def batch() -> dict[str, dict[str, object]]:
+    cases = {case: _values(case) for case in CASES if case not in SEPARATE}
+    done = run(BATCH.replace("CASES.items()", f"{cases!r}.items()"),
+               environ(TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return report(done)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("case", [case for case in CASES if case not in SEPARATE])
+def test_a_bad_setting_is_refused_at_activation(batch, case):
+    _check(case, batch[case], batch[case]["messages"])  # type: ignore[arg-type]
 
 
 def test_autoload_off_leaves_no_standins_behind():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpu_plugin.emulation.hlsmi import shim_text
+from hpu_plugin.emulation.fake_hlsmi import shim_text
 from hpu_plugin.gaudi import hlsmi
 
 from .conftest import environ, run

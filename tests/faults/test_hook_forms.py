@@ -37,8 +37,8 @@ EXCEPTIONS = {
 #: first-party one, which answers for "hpu": those forms are asked for "cpu", where the
 #: first-party plugins have no answer and the call must come back with none.
 HOOKS = {
-    "ddp": ("hpu_ddp_backend(device_type, requested)",
-            lambda r, device: r.ddp_backend(device, None), "hccl"),
+    "ddp": ("hpu_ddp_backend(requested, device_type)",
+            lambda r, device: r.ddp_backend(None, device), "hccl"),
     "compile": ("hpu_compile_backend(requested, device_type)",
                 lambda r, device: r.compile_backend(None, device), "hpu_backend"),
 }

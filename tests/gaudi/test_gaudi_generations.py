@@ -1,4 +1,4 @@
-"""Generations, dtypes, int64, bitsandbytes and lazy/eager rules (gaudi-facts.md §1-§5)."""
+"""Generations, dtypes, int64, bitsandbytes and lazy/eager rules."""
 
 from __future__ import annotations
 

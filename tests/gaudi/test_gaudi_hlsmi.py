@@ -14,7 +14,7 @@ from hpu_plugin.gaudi import hlsmi
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.hlsmi import HlSmiError
 
-# gaudi-facts.md §3, "Multiple Dockers" page (header, comma-space separators, unsorted rows).
+# The "Multiple Dockers" page (header, comma-space separators, unsorted rows).
 DOCKER = "index, module_id\n3, 6\n1, 4\n2, 7\n0, 5\n4, 2\n6, 0\n"
 # optimum-habana PR #1089, the same format on another host.
 OH_1089 = "index, module_id\n0, 0\n1, 4\n2, 1\n3, 5\n4, 2\n5, 6\n6, 3\n7, 7\n"

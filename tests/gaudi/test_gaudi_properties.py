@@ -102,7 +102,12 @@ def test_job_checks(environ, host):
     except GaudiConfigError as exc:
         assert exc.variable and exc.fix and "Fix:" in str(exc)
         return
-    if placement is not None and placement.distributed:
+    if placement is not None and placement.per_process:
+        # one module per process (Ray, Kubernetes): the one listed, whatever the local rank
+        assert placement.modules == (placement.module_id,)
+        listed = selection.visibility.parse_visible_modules(environ["HABANA_VISIBLE_MODULES"])
+        assert listed == (placement.module_id,)
+    elif placement is not None and placement.distributed:
         assert placement.module_id == placement.modules[placement.local_rank]
         if placement.enforced and len(placement.modules) > 1:
             assert selection.is_supported_group(placement.modules)

@@ -1,4 +1,4 @@
-"""Device-selection rules, table-driven from gaudi-facts.md §2-§3 (supported groups, the
+"""Device-selection rules, table-driven from the Gaudi documentation (supported groups, the
 documented hl-smi samples, VM module ids from DeepSpeed#5929)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HABANA_VISIBLE_MODULES / HABANA_VISIBLE_DEVICES / HLS_MODULE_ID parsing (SPEC R4)."""
+"""HABANA_VISIBLE_MODULES / HABANA_VISIBLE_DEVICES / HLS_MODULE_ID parsing."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ class AnsweringPlugin:
         return self.answers.compile_backend
 
     @hookimpl
-    def hpu_ddp_backend(self, device_type: str, requested: str | None) -> str | None:
+    def hpu_ddp_backend(self, requested: str | None, device_type: str) -> str | None:
         self.answers.calls.append(("ddp", (device_type, requested)))
         if requested in self.answers.refuse_ddp:
             raise Refusal(f"test plugin: backend {requested!r} refused; use 'gloo'")

@@ -9,12 +9,11 @@ is downloaded.
 from __future__ import annotations
 
 import functools
-import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
+from processes import run_python, scrubbed
 
 pytestmark = pytest.mark.e2e
 
@@ -68,15 +67,8 @@ def emulator_started() -> None:
 
 
 def run(script: str, emulate: str = "1") -> subprocess.CompletedProcess[str]:
-    # a clean Gaudi environment, but the emulator's build cache stays where it is
-    env = {
-        k: v for k, v in os.environ.items()
-        if not k.startswith(("HPU_PLUGIN_", "HABANA_")) or k == "HPU_PLUGIN_CACHE_DIR"
-    }
-    env.update(HPU_PLUGIN_EMULATE=emulate, TOKENIZERS_PARALLELISM="false")
-    return subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    env = scrubbed(HPU_PLUGIN_EMULATE=emulate, TOKENIZERS_PARALLELISM="false")
+    return run_python(script, env, timeout=TIMEOUT)
 
 
 def run_ok(script: str, emulate: str = "1") -> dict[str, object]:

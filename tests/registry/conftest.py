@@ -9,15 +9,15 @@ points come from the installed ``hpu-plugin`` metadata.
 from __future__ import annotations
 
 import sys
-import textwrap
 import uuid
 from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
 import pytest
+from distributions import write_plugin
 
-from hpu_plugin.registry import DIST_NAME, ENTRY_POINT_GROUP, discover
+from hpu_plugin.registry import DIST_NAME, discover
 
 
 class PluginSite:
@@ -30,17 +30,11 @@ class PluginSite:
             attr: str | None = None, value: str | None = None) -> str:
         """Write module and dist-info for one plugin; return the module name."""
         module = f"tp_{self.tag}_{name.replace('-', '_').replace('.', '_')}"
-        (self.root / f"{module}.py").write_text(textwrap.dedent(source))
-        dist = dist or f"tp-{name}"
-        info = self.root / f"{dist.replace('-', '_')}-{version}.dist-info"
-        info.mkdir(exist_ok=True)
-        (info / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
-        )
         value = value or module + (f":{attr}" if attr else "")
-        eps = info / "entry_points.txt"
-        existing = eps.read_text() if eps.exists() else f"[{ENTRY_POINT_GROUP}]\n"
-        eps.write_text(existing + f"{name} = {value}\n")
+        write_plugin(
+            self.root, module, source, dist=dist or f"tp-{name}", version=version, name=name,
+            value=value,
+        )
         self.modules.append(module)
         return module
 

@@ -36,7 +36,7 @@ def test_import_failure_is_reported_and_skipped(site, caplog, body, exception):
     assert record.status == "failed" and exception in record.reason
     [report] = _reports(caplog, "broken")
     assert "broken-dist 2.5" in report and exception in report
-    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
     assert all(r.status == "enabled" for n, r in registry.records.items() if n != "broken")
 
 
@@ -49,7 +49,7 @@ def test_missing_attribute_in_entry_point_is_an_import_failure(site):
 def test_slow_import_is_reported_and_skipped(site, caplog):
     site.add("slow", "import time\ntime.sleep(5)\n" + HEADER + """
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(device_type, requested):
+def hpu_ddp_backend(requested, device_type):
     return "gloo"
 """, dist="slow-dist", version="0.1")
     registry = _registry(site.entry_points(), import_budget=0.2)
@@ -60,7 +60,7 @@ def hpu_ddp_backend(device_type, requested):
     assert "budget" in record.reason and "HPU_PLUGIN_IMPORT_BUDGET" in record.reason
     [report] = _reports(caplog, "slow")
     assert "slow-dist 0.1" in report and "HPU_PLUGIN_DISABLE=slow" in report
-    assert registry.ddp_backend("hpu", None) == "hccl"  # never registered
+    assert registry.ddp_backend(None, "hpu") == "hccl"  # never registered
     assert "slow" not in registry.call_order("hpu_ddp_backend")
 
 
@@ -74,13 +74,13 @@ def test_raise_in_hook_is_reported_once_and_falls_through(site, caplog):
 calls = []
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(device_type, requested):
+def hpu_ddp_backend(requested, device_type):
     calls.append(device_type)
     raise KeyError("no such rank")
 """, dist="raiser-dist", version="3.0")
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("hpu", None) == "hccl"
-    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
     assert __import__(site.modules[-1]).calls == ["hpu", "hpu"]  # still asked, not silenced
     [report] = _reports(caplog, "raiser")
     assert "raiser-dist 3.0" in report and "KeyError('no such rank')" in report
@@ -90,7 +90,7 @@ def hpu_ddp_backend(device_type, requested):
 
 
 @pytest.mark.parametrize("hook, call, bad", [
-    ("hpu_ddp_backend(device_type, requested)", "ddp", "42"),
+    ("hpu_ddp_backend(requested, device_type)", "ddp", "42"),
     ("hpu_device_available()", "available", "'yes'"),
     ("hpu_quantization_device_map(method, bits, device_map, device_type)", "quant", "['hpu:0']"),
     ("hpu_compile_backend(requested, device_type)", "compile", "3.5"),
@@ -102,7 +102,7 @@ def test_wrong_type_is_reported_once_and_falls_through(site, caplog, hook, call,
              dist="typo-dist", version="1.2")
     registry = _registry(site.entry_points())
     calls = {
-        "ddp": lambda: registry.ddp_backend("hpu", None),
+        "ddp": lambda: registry.ddp_backend(None, "hpu"),
         "available": lambda: registry.pm.hook.hpu_device_available(),
         "quant": lambda: registry.quantization_device_map("bitsandbytes", 4, None, "cpu"),
         "compile": lambda: registry.compile_backend(None, "hpu"),
@@ -144,11 +144,11 @@ def test_faulty_wrapper_becomes_a_pass_through(site, caplog, fault, style):
     if style == "hookwrapper=True" and fault == "wrong-type":
         body = "outcome = yield\n    outcome.force_result(7)"
     site.add("wrapfault", HEADER + f"@hookimpl({style})\n"
-             f"def hpu_ddp_backend(device_type, requested):\n    {body}\n",
+             f"def hpu_ddp_backend(requested, device_type):\n    {body}\n",
              dist="wrap-dist", version="9")
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("hpu", None) == "hccl"
-    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
     [report] = _reports(caplog, "wrapfault")
     assert "wrap-dist 9" in report
 
@@ -221,7 +221,7 @@ def hpu_prepare_environment(environ):
 def test_malformed_metadata_of_one_distribution_hides_no_other(site, caplog):
     site.add("good", HEADER + """
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(device_type, requested):
+def hpu_ddp_backend(requested, device_type):
     return "gloo"
 """)
     broken = site.root / "broken_meta-1.0.dist-info"
@@ -230,7 +230,7 @@ def hpu_ddp_backend(device_type, requested):
     (broken / "entry_points.txt").write_text("[hpu_plugin]\nthis line is not an entry point\n")
     registry = _registry(site.entry_points())
     assert registry.records["good"].status == "enabled"
-    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.ddp_backend(None, "hpu") == "gloo"
     assert any("broken_meta-1.0.dist-info" in r.getMessage() for r in caplog.records)
 
 
@@ -242,11 +242,11 @@ class Plugin:
         raise AssertionError("a property was evaluated")
 
     @hookimpl(tryfirst=True)
-    def hpu_ddp_backend(self, device_type, requested):
+    def hpu_ddp_backend(self, requested, device_type):
         return "gloo"
 
 plugin = Plugin()
 """, attr="plugin")
     registry = _registry(site.entry_points())
     assert registry.records["lazy"].status == "enabled"
-    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.ddp_backend(None, "hpu") == "gloo"

@@ -12,7 +12,7 @@ GLOO_PLAIN = """
 from hpu_plugin.hookspecs import hookimpl
 
 @hookimpl
-def hpu_ddp_backend(device_type, requested):
+def hpu_ddp_backend(requested, device_type):
     return "gloo"
 """
 
@@ -28,14 +28,14 @@ def test_first_party_wins_a_tie_whatever_the_entry_point_order(site):
     eps = site.entry_points()
     for order in (eps, list(reversed(eps))):
         registry = _registry(order)
-        assert registry.ddp_backend("hpu", None) == "hccl"
+        assert registry.ddp_backend(None, "hpu") == "hccl"
         assert registry.call_order("hpu_ddp_backend") == ["ddp", "plain"]
 
 
 def test_third_party_with_tryfirst_takes_precedence(site):
     site.add("first", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(tryfirst=True)"))
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.ddp_backend(None, "hpu") == "gloo"
     assert registry.call_order_detail("hpu_ddp_backend") == [
         ("first", "tryfirst"), ("ddp", "plain")
     ]
@@ -44,8 +44,8 @@ def test_third_party_with_tryfirst_takes_precedence(site):
 def test_trylast_is_a_fallback_asked_only_when_everyone_else_defers(site):
     site.add("fallback", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(trylast=True)"))
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("hpu", None) == "hccl"  # first-party decides
-    assert registry.ddp_backend("xpu", None) == "gloo"  # first-party defers: fallback
+    assert registry.ddp_backend(None, "hpu") == "hccl"  # first-party decides
+    assert registry.ddp_backend(None, "xpu") == "gloo"  # first-party defers: fallback
 
 
 def test_third_parties_among_equals_are_asked_in_name_order(site):
@@ -53,7 +53,7 @@ def test_third_parties_among_equals_are_asked_in_name_order(site):
     from hpu_plugin.hookspecs import hookimpl
 
     @hookimpl
-    def hpu_ddp_backend(device_type, requested):
+    def hpu_ddp_backend(requested, device_type):
         return {answer!r}
     """
     site.add("beta", source.format(answer="beta-backend"))
@@ -61,7 +61,7 @@ def test_third_parties_among_equals_are_asked_in_name_order(site):
     for order in (site.entry_points(), list(reversed(site.entry_points()))):
         registry = _registry(order)
         assert registry.call_order("hpu_ddp_backend") == ["ddp", "alpha", "beta"]
-        assert registry.ddp_backend("other", None) == "alpha-backend"
+        assert registry.ddp_backend(None, "other") == "alpha-backend"
 
 
 def test_new_style_wrapper_sees_and_replaces_the_result(site):
@@ -71,14 +71,14 @@ def test_new_style_wrapper_sees_and_replaces_the_result(site):
     seen = []
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(device_type, requested):
+    def hpu_ddp_backend(requested, device_type):
         result = yield
         seen.append(result)
         return "gloo" if result == "hccl" else result
     """)
     registry = _registry(site.entry_points())
     assert registry.call_order_detail("hpu_ddp_backend")[0] == ("wrap", "wrapper")
-    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.ddp_backend(None, "hpu") == "gloo"
     module = __import__(site.modules[-1])
     assert module.seen == ["hccl"]
 
@@ -104,7 +104,7 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
     from hpu_plugin.hookspecs import Refusal, hookimpl
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(device_type, requested):
+    def hpu_ddp_backend(requested, device_type):
         try:
             return (yield)
         except Refusal:
@@ -116,12 +116,12 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
     seen = []
 
     @hookimpl(hookwrapper=True)
-    def hpu_ddp_backend(device_type, requested):
+    def hpu_ddp_backend(requested, device_type):
         outcome = yield
         seen.append(type(outcome.exception).__name__)
     """)
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("hpu", "nccl") == "hccl"
+    assert registry.ddp_backend("nccl", "hpu") == "hccl"
     observer = __import__(site.modules[-1])
     assert observer.seen == ["Refusal"]
 
@@ -149,7 +149,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
         class Plugin:
             @staticmethod
             @hookimpl(tryfirst=True)
-            def hpu_ddp_backend(device_type, requested):
+            def hpu_ddp_backend(requested, device_type):
                 return "gloo"
         """, "Plugin"),
         "class-instance-methods": ("""
@@ -160,7 +160,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
                 self.answer = "gloo"
 
             @hookimpl(tryfirst=True)
-            def hpu_ddp_backend(self, device_type, requested):
+            def hpu_ddp_backend(self, requested, device_type):
                 return self.answer
         """, "Plugin"),
         "instance": ("""
@@ -179,7 +179,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
     registry = _registry(site.entry_points())
     assert registry.records["shaped"].status == "enabled", registry.records["shaped"].reason
     assert registry.records["shaped"].hooks == ["hpu_ddp_backend"]
-    assert registry.ddp_backend("hpu", None) == "gloo"
+    assert registry.ddp_backend(None, "hpu") == "gloo"
 
 
 def test_a_third_party_reusing_a_first_party_name_is_refused(site):
@@ -190,7 +190,7 @@ def test_a_third_party_reusing_a_first_party_name_is_refused(site):
         assert registry.records["ddp"].distribution == "hpu-plugin"
         impostor = registry.records["ddp [impostor]"]
         assert impostor.status == "failed" and "duplicate" in impostor.reason
-        assert registry.ddp_backend("hpu", None) == "hccl"
+        assert registry.ddp_backend(None, "hpu") == "hccl"
 
 
 def test_first_party_is_decided_by_distribution_not_module_name(site):
@@ -209,7 +209,7 @@ def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
     events = []
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(device_type, requested):
+    def hpu_ddp_backend(requested, device_type):
         try:
             return (yield)
         finally:
@@ -217,7 +217,7 @@ def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
     """)
     registry = _registry(site.entry_points())
     with pytest.raises(Refusal, match="nccl"):
-        registry.ddp_backend("hpu", "nccl")
+        registry.ddp_backend("nccl", "hpu")
     assert __import__(site.modules[-1]).events == ["left"]
     assert registry.records["bystander"].faults == []
 
@@ -233,5 +233,5 @@ def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
     registry = _registry(site.entry_points())
     assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
     assert registry.call_order("hpu_ddp_backend") == ["renamed", "ddp"]
-    assert registry.ddp_backend("hpu", None) == "hccl"
+    assert registry.ddp_backend(None, "hpu") == "hccl"
     assert "does not allow" in registry.records["renamed"].reason

@@ -37,7 +37,7 @@ def shared_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         from hpu_plugin.hookspecs import hookimpl
 
         @hookimpl
-        def hpu_ddp_backend(device_type, requested):
+        def hpu_ddp_backend(requested, device_type):
             return None
     """))
     sys.path.insert(0, str(root))

@@ -997,6 +997,10 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   }
 }
 
+// One synchronous stream per device: a tensor has no other stream to be recorded on.
+// (DeepSpeed ZeRO-3 calls record_stream before freeing a partitioned parameter.)
+void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
+
 }  // namespace hpu_emu
 
 // ---------------------------------------------------------------- registrations
@@ -1019,6 +1023,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_.source_Tensor", TORCH_FN(at::native::set_tensor_));
   m.impl("set_", TORCH_FN(hpu_emu::set_empty));
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
+  m.impl("record_stream", TORCH_FN(hpu_emu::record_stream));
   // Composite kernels that pick a backend by device: on hpu they would choose
   // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());

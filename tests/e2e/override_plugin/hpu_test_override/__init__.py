@@ -42,7 +42,7 @@ def hpu_compile_backend(requested: Any, device_type: str) -> Any:
 
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(device_type: str, requested: str | None) -> str | None:
+def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
     if not _on() or requested is not None:
         return None
     return "gloo"

@@ -1,5 +1,8 @@
 """Stand-in for ``habana_frameworks.torch.core``: ``torch.hpu`` and the lazy-mode step API.
 
+As in the real module, ``core.hpu`` is ``habana_frameworks.torch.hpu`` (DeepSpeed's HPU
+accelerator reaches ``htcore.hpu.Event``) and ``core.step_closure`` holds the step functions.
+
 In eager mode (the emulator's only mode) the step functions do nothing, as on hardware,
 where they log a warning once.
 """
@@ -37,3 +40,7 @@ def add_step_closure(
 
 def is_initialized() -> bool:
     return True
+
+
+from habana_frameworks.torch import hpu  # noqa: E402, F401  (the real module exposes it)
+from habana_frameworks.torch.core import step_closure  # noqa: E402, F401

@@ -17,3 +17,8 @@ def _get_device_type() -> synDeviceType:
         "gaudi2": synDeviceType.synDeviceGaudi2,
         "gaudi3": synDeviceType.synDeviceGaudi3,
     }[runtime.current_config().generation]
+
+
+def _is_fp16_supported() -> bool:
+    """fp16 is not on first-generation Gaudi (DeepSpeed asks here for its dtypes)."""
+    return _get_device_type() != synDeviceType.synDeviceGaudi

@@ -1,7 +1,8 @@
-"""``hl-smi`` for the emulated server: the query form the Gaudi tooling and docs use.
+"""The emulator's fake ``hl-smi``: answers the query form the Gaudi tooling and docs use.
 
-``python -m hpu_plugin.emulation.hlsmi -Q index,module_id -f csv`` prints what the real tool
-prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
+(The real tool's output is read by ``hpu_plugin.gaudi.hlsmi``.)
+``python -m hpu_plugin.emulation.fake_hlsmi -Q index,module_id -f csv`` prints what the real
+tool prints, through ``hpu_plugin.gaudi.hlsmi.format_csv`` (the formatter beside the parser the
 plugin reads it with). Does not import torch.
 """
 
@@ -103,20 +104,20 @@ def shim_text(executable: str = sys.executable) -> str:
             f"#!{executable}\n"
             "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
             "import sys\n\n"
-            "from hpu_plugin.emulation.hlsmi import main\n\n"
+            "from hpu_plugin.emulation.fake_hlsmi import main\n\n"
             "sys.exit(main())\n"
         )
     return (
         "#!/bin/sh\n"
         "# hl-smi of the hpu_plugin Gaudi emulator (HPU_PLUGIN_EMULATE)\n"
-        f'exec {shlex.quote(executable)} -m hpu_plugin.emulation.hlsmi "$@"\n'
+        f'exec {shlex.quote(executable)} -m hpu_plugin.emulation.fake_hlsmi "$@"\n'
     )
 
 
 def install_shim() -> Path | None:
     """Put an ``hl-smi`` on PATH for this process and its children, unless a real one
     exists; its directory, or ``None`` when none was installed (the shim is a convenience:
-    ``python -m hpu_plugin.emulation.hlsmi`` always works)."""
+    ``python -m hpu_plugin.emulation.fake_hlsmi`` always works)."""
     if shutil.which("hl-smi"):
         return None
     from hpu_plugin.emulation.build import cache_root

@@ -11,17 +11,17 @@ import sys
 
 import pytest
 
-from .conftest import emulated_env, run
-
-pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("emulator")]
+pytestmark = pytest.mark.e2e
 
 
-def _torchrun(tmp_path, source: str, *args: str):
+def _torchrun(run, tmp_path, source: str, *args: str):
     script = tmp_path / "job.py"
     script.write_text(source)
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             "--nproc_per_node", "2", str(script), *args]
-    return run("", emulated_env(tmp_path, devices=2), argv=argv, cwd=tmp_path)
+    env = {"HPU_PLUGIN_EMULATE_DEVICES": "2", "OMP_NUM_THREADS": "1",
+           "HF_HOME": str(tmp_path / "hf_home")}
+    return run("", env, args=argv)
 
 
 def _reports(stdout: str) -> dict[str, dict[str, str]]:
@@ -34,10 +34,11 @@ def _reports(stdout: str) -> dict[str, dict[str, str]]:
     return found
 
 
-BARRIER = """
-import os, time
+BARRIERS = """
+import os, sys, time
 import torch
 import torch.distributed as dist
+from accelerate import PartialState
 
 dist.init_process_group("hccl")
 rank, local = dist.get_rank(), int(os.environ["LOCAL_RANK"])
@@ -57,26 +58,8 @@ try:
     refused = "none"
 except RuntimeError as exc:
     refused = "active" if "habana active device: 1 != 0" in str(exc) else repr(exc)
-print(f"rank={rank} waited={waited:.2f} sum={t.tolist()[0]} refused={refused}", flush=True)
-dist.destroy_process_group()
-"""
 
-
-def test_barrier_with_device_ids_on_every_rank(tmp_path):
-    reports = _reports(_torchrun(tmp_path, BARRIER).stdout)
-    assert sorted(reports) == ["0", "1"], reports
-    assert float(reports["1"]["waited"]) > 1.0  # the barrier really held rank 1 back
-    for rank in reports.values():
-        assert rank["sum"] == "3.0"
-    # the one-device rule is not relaxed: only the barrier ignores device_ids
-    assert reports["0"]["refused"] == "none"
-    assert reports["1"]["refused"] == "active"
-
-
-WAIT_FOR_EVERYONE = """
-import os, sys, time
-from accelerate import PartialState
-
+# Accelerate on the same job: wait_for_everyone is barrier(device_ids=[local_process_index])
 state = PartialState()
 marker = os.path.join(sys.argv[1], "written-by-main")
 with state.main_process_first():
@@ -88,19 +71,25 @@ start = time.monotonic()
 if state.is_main_process:
     time.sleep(1.5)
 state.wait_for_everyone()
-waited = time.monotonic() - start
-print(f"rank={state.process_index} type={state.distributed_type} backend={state.backend} "
-      f"seen={seen} waited={waited:.2f}", flush=True)
+acc_waited = time.monotonic() - start
+print(f"rank={rank} waited={waited:.2f} sum={t.tolist()[0]} refused={refused} "
+      f"type={state.distributed_type} backend={state.backend} seen={seen} "
+      f"acc_waited={acc_waited:.2f}", flush=True)
 """
 
 
-def test_accelerate_wait_for_everyone_on_two_processes(tmp_path):
-    reports = _reports(_torchrun(tmp_path, WAIT_FOR_EVERYONE, str(tmp_path)).stdout)
-    assert sorted(reports) == ["0", "1"], reports
-    for rank in reports.values():
+def test_barrier_and_wait_for_everyone_with_device_ids_on_every_rank(run, tmp_path):
+    barriers = _reports(_torchrun(run, tmp_path, BARRIERS, str(tmp_path)).stdout)
+    assert sorted(barriers) == ["0", "1"], barriers
+    assert float(barriers["1"]["waited"]) > 1.0  # the barrier really held rank 1 back
+    for rank in barriers.values():
+        assert rank["sum"] == "3.0"
         assert rank["type"].endswith("MULTI_HPU") and rank["backend"] == "hccl"
-        assert rank["seen"] == "True"  # rank 1 ran after the main process, as promised
-    assert float(reports["1"]["waited"]) > 1.0
+        assert rank["seen"] == "True"  # main_process_first: rank 1 ran after the main one
+    assert float(barriers["1"]["acc_waited"]) > 1.0  # wait_for_everyone held rank 1 back
+    # the one-device rule is not relaxed: only the barrier ignores device_ids
+    assert barriers["0"]["refused"] == "none"
+    assert barriers["1"]["refused"] == "active"
 
 
 TRAINER = """
@@ -154,9 +143,9 @@ print(f"rank={dist.get_rank()} device={args.device.type} backend={dist.get_backe
 """
 
 
-def test_two_process_trainer_trains_evaluates_and_saves(tmp_path):
+def test_two_process_trainer_trains_evaluates_and_saves(run, tmp_path):
     out = tmp_path / "out"
-    reports = _reports(_torchrun(tmp_path, TRAINER, str(out)).stdout)
+    reports = _reports(_torchrun(run, tmp_path, TRAINER, str(out)).stdout)
     assert sorted(reports) == ["0", "1"], reports
     for rank in reports.values():
         assert rank["device"] == "hpu" and rank["backend"] == "hccl"

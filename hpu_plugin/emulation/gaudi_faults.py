@@ -1,0 +1,65 @@
+"""Faults of the Gaudi software stack that the emulator reproduces, so that workarounds show.
+
+Only faults with a public source are modelled:
+
+- ``gather`` of an int64 input fails to compile on Gaudi ("Graph compile failed with
+  synStatus 26 [Generic failure]"): Transformers' ``is_torch_hpu_available`` (4.53 on)
+  works around it with that comment, and its Gaudi patch tracker (huggingface/transformers
+  issue 39175, observed on Gaudi3) lists it. ``take_along_dim`` reaches the same kernel.
+
+The refusal is a kernel for the HPU dispatch key that calls the kernel registered before it
+(the emulator's fallback) for every other input; CPU ops never see it.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+_lock = threading.Lock()
+_library: torch.library.Library | None = None
+
+GATHER_INT64 = (
+    "Graph compile failed with synStatus 26 [Generic failure] (gather of an int64 input on "
+    "Gaudi; fix: gather an int32 copy and cast back, as Transformers' HPU support does)"
+)
+
+
+def _refusing_int64_gather(original: Any) -> Any:
+    def gather(keyset: Any, self: torch.Tensor, dim: int, index: torch.Tensor,
+               *, sparse_grad: bool = False) -> torch.Tensor:
+        if self.dtype == torch.int64:
+            raise RuntimeError(GATHER_INT64)
+        return original.call_boxed(keyset, self, dim, index, sparse_grad=sparse_grad)
+
+    return gather
+
+
+def register() -> bool:
+    """Install the modelled faults once; ``False`` when torch cannot (no ``get_kernel``)."""
+    global _library
+    with _lock:
+        if _library is not None:
+            return True
+        get_kernel = getattr(torch.library, "get_kernel", None)
+        if get_kernel is None:  # torch < 2.9: the fault stays unmodelled
+            return False
+        library = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():  # "Overriding a previously registered kernel"
+            warnings.simplefilter("ignore", UserWarning)
+            library.impl("gather", _refusing_int64_gather(get_kernel("aten::gather", "HPU")),
+                         "HPU", with_keyset=True)
+        _library = library
+        return True
+
+
+def unregister() -> None:
+    """Remove the modelled faults (the earlier kernels become active again)."""
+    global _library
+    with _lock:
+        if _library is not None:
+            _library._destroy()
+            _library = None

@@ -1,0 +1,257 @@
+"""``habana_frameworks.torch.hpu.metrics`` of the emulated Gaudi: the real API and its names.
+
+Users and tools read the number of graph compilations as
+``dict(metric_global("graph_compilation").stats())["TotalNumber"]``; the emulator must answer
+the same question with the same names, keys and semantics as the bridge
+(``python_packages/habana_frameworks/torch/hpu/metrics``): global metrics collect from the
+start of the process, ``reset()`` zeroes them, ``metric_localcontext`` collects inside a
+``with`` block only, an unknown global name gives ``None`` and an unknown local one raises
+``MetricNotFound``. ``recipe_cache`` exists only when ``PT_HPU_ENABLE_CACHE_METRICS`` is on
+when the module loads, as on hardware. What publishes the events is the recipe-cache model
+of ``hpu_backend`` (``recipes.py``); graph compilation durations are microseconds.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from statistics import mean
+from typing import Any
+
+#: Event topics, as the bridge's ``EventId`` names them.
+GRAPH_COMPILATION = "GRAPH_COMPILATION"
+CPU_FALLBACK = "CPU_FALLBACK"
+CACHE_HIT = "CACHE_HIT"
+CACHE_MISS = "CACHE_MISS"
+MEMORY_DEFRAGMENTATION = "MEMORY_DEFRAGMENTATION"
+
+_TRUE_WORDS = ("y", "yes", "t", "true", "on", "1")
+
+Callback = Callable[[dict[str, str]], None]
+
+
+class MetricNotFound(Exception):
+    """A local metric of an unknown name was asked for (the bridge's exception)."""
+
+
+class _Dispatcher:
+    """Topic -> subscribers; the emulator's stand-in for the bridge's event dispatcher."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: dict[str, dict[int, Callback]] = {}
+        self._next = 0
+
+    def subscribe(self, topic: str, callback: Callback) -> int:
+        with self._lock:
+            self._next += 1
+            self._subscribers.setdefault(topic, {})[self._next] = callback
+            return self._next
+
+    def unsubscribe(self, handle: int) -> None:
+        with self._lock:
+            for callbacks in self._subscribers.values():
+                callbacks.pop(handle, None)
+
+    def publish(self, topic: str, params: dict[str, str]) -> None:
+        with self._lock:
+            callbacks = list(self._subscribers.get(topic, {}).values())
+        for callback in callbacks:
+            callback(params)
+
+
+dispatcher = _Dispatcher()
+
+
+class Metric:
+    """One metric: subscribes to its topics while started, as the bridge's metrics do."""
+
+    NAME = ""
+    TOPICS: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self._handles: list[int] = []
+        self.reset()
+        self.start()
+
+    def name(self) -> str:
+        return self.NAME
+
+    def start(self) -> None:
+        if not self._handles:
+            self._handles = [
+                dispatcher.subscribe(topic, lambda params, t=topic: self._on_event(t, params))
+                for topic in self.TOPICS
+            ]
+
+    def stop(self) -> None:
+        for handle in self._handles:
+            dispatcher.unsubscribe(handle)
+        self._handles = []
+
+    def reset(self) -> None:
+        raise NotImplementedError
+
+    def stats(self) -> Sequence[tuple[str, Any]]:
+        raise NotImplementedError
+
+    def _on_event(self, topic: str, params: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.NAME}: {self.stats()}"
+
+
+class GraphCompilationMetric(Metric):
+    NAME = "graph_compilation"
+    TOPICS = (GRAPH_COMPILATION,)
+
+    def __init__(self) -> None:
+        self._recipes: list[tuple[str, int]] = []  # not cleared by reset(), as in the bridge
+        super().__init__()
+
+    def reset(self) -> None:
+        self._number = 0
+        self._time = 0
+
+    def _on_event(self, topic: str, params: dict[str, str]) -> None:
+        duration = int(params["duration"])
+        self._number += 1
+        self._time += duration
+        self._recipes.append((params["recipe"], duration))
+
+    def stats(self) -> list[tuple[str, Any]]:
+        result: list[tuple[str, Any]] = [
+            ("TotalNumber", self._number),
+            ("TotalTime", self._time),
+            ("AvgTime", float(self._time) / self._number if self._number else 0),
+        ]
+        if os.environ.get("PT_HPU_METRICS_GC_DETAILS", "").lower() in _TRUE_WORDS:
+            result.append(("recipe", list(self._recipes)))
+        return result
+
+
+class CpuFallbackMetric(Metric):
+    NAME = "cpu_fallback"
+    TOPICS = (CPU_FALLBACK,)
+
+    def reset(self) -> None:
+        self._number = 0
+        self._ops: dict[str, int] = {}
+
+    def _on_event(self, topic: str, params: dict[str, str]) -> None:
+        self._number += 1
+        op = params["op_name"]
+        self._ops[op] = self._ops.get(op, 0) + 1
+
+    def stats(self) -> list[tuple[str, Any]]:
+        return [("TotalNumber", self._number), ("FallbackOps", dict(self._ops))]
+
+
+class MemoryDefragmentationMetric(Metric):
+    NAME = "memory_defragmentation"
+    TOPICS = (MEMORY_DEFRAGMENTATION,)
+
+    def reset(self) -> None:
+        self._number = 0
+        self._successful = 0
+        self._times: list[int] = []
+
+    def _on_event(self, topic: str, params: dict[str, str]) -> None:
+        self._number += 1
+        if params.get("success", "").lower() in _TRUE_WORDS:
+            self._successful += 1
+            self._times.append(int(params["milliseconds"]))
+
+    def stats(self) -> list[tuple[str, Any]]:
+        return [
+            ("TotalNumber", self._number),
+            ("TotalSuccessful", self._successful),
+            ("AvgTime", mean(self._times) if self._times else 0),
+            ("MaxTime", max(self._times) if self._times else 0),
+        ]
+
+
+class RecipeCacheMetric(Metric):
+    NAME = "recipe_cache"
+    TOPICS = (CACHE_HIT, CACHE_MISS)
+
+    def reset(self) -> None:
+        self._hits = 0
+        self._misses = 0
+        self._recipe_hits: dict[str, int] = {}
+        self._recipe_misses: dict[str, int] = {}
+
+    def _on_event(self, topic: str, params: dict[str, str]) -> None:
+        recipe = params["recipe_id"]
+        if topic == CACHE_HIT:
+            self._hits += 1
+            self._recipe_hits[recipe] = self._recipe_hits.get(recipe, 0) + 1
+        else:
+            self._misses += 1
+            self._recipe_misses[recipe] = self._recipe_misses.get(recipe, 0) + 1
+
+    def stats(self) -> list[tuple[str, Any]]:
+        return [
+            ("TotalHit", self._hits),
+            ("RecipeHit", dict(self._recipe_hits)),
+            ("TotalMiss", self._misses),
+            ("RecipeMiss", dict(self._recipe_misses)),
+        ]
+
+
+_types: dict[str, type[Metric]] = {}
+_globals: dict[str, Metric] = {}
+
+
+def _register(metric_type: type[Metric]) -> None:
+    _types[metric_type.NAME] = metric_type
+    _globals[metric_type.NAME] = metric_type()
+
+
+_register(GraphCompilationMetric)
+_register(CpuFallbackMetric)
+_register(MemoryDefragmentationMetric)
+if os.environ.get("PT_HPU_ENABLE_CACHE_METRICS", "").lower() in _TRUE_WORDS:
+    _register(RecipeCacheMetric)
+
+
+def metric_global(name: str) -> Metric | None:
+    """The process-wide metric of this name, or ``None`` (as the bridge answers)."""
+    return _globals.get(name)
+
+
+@contextmanager
+def metric_localcontext(name: str) -> Iterator[Metric]:
+    """A fresh metric that collects only inside the ``with`` block."""
+    if name not in _types:
+        raise MetricNotFound(f"Metric with given name ({name}) doesn't exist.")
+    metric = _types[name]()
+    try:
+        yield metric
+    finally:
+        metric.stop()
+
+
+def metrics_dump(file_name: str, format: str = "json") -> None:
+    """Write the global metrics to ``file_name`` (``"json"`` or ``"text"``), trigger "user"."""
+    now = datetime.datetime.now().isoformat()
+    records = [
+        {"metric_name": m.name(), "generated_on": now, "triggered_by": "user",
+         "statistics": dict(m.stats())}
+        for m in _globals.values()
+    ]
+    with open(file_name, "w") as out:
+        if str(getattr(format, "name", format)) == "text":
+            for record in records:
+                out.write(f"Metric name: {record['metric_name']}\n"
+                          f"Generated on: {now}\nTriggered by: user\nStatistics:\n")
+                for key, value in record["statistics"].items():
+                    out.write(f"\t{key}: {value}\n")
+                out.write("\n")
+        else:
+            json.dump(records, out, indent=2, default=str)

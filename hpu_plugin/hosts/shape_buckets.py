@@ -1,0 +1,507 @@
+"""Transformers: shapes bucketed where the host decides them, for compiled models on Gaudi.
+
+Each new input shape of a compiled graph is a graph compilation on Gaudi. Where Transformers
+decides a shape (the prompt and batch of ``generate()``, hence ``pipeline()``; the padded
+length of a ``Trainer`` batch) this adapter pads it up to the buckets the registry returns
+(``hpu_shape_buckets``), and only where padding changes no result:
+
+- ``generate()``: prompts are left-padded with the attention mask (position ids follow the
+  mask, so real tokens keep theirs), batches are filled with copies of the first row, and a
+  static key-value cache of a bucketed length replaces the dynamic one, so that decoding has
+  one shape per bucket. The returned sequences are cut back to what the caller asked for.
+- ``Trainer``: the collator's batches are right-padded to a length bucket, labels with
+  -100, so the loss is the loss of the unpadded batch.
+
+It stays out where the user chose something that decides these shapes (a cache object or
+``cache_implementation``, ``pad_to_multiple_of``, a streamer, ...), where padding would change
+a result (penalties that read the prompt, beams, returned scores), and for models that are
+not compiled. Where a compiled model keeps compiling new shapes without buckets, it says
+once which dimension varies and which setting fixes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import logging
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from hpu_plugin.gaudi.shapes import bucket_for
+from hpu_plugin.hosts import importhook
+from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.registry import Registry
+
+log = logging.getLogger("hpu_plugin")
+
+HOST = "transformers"
+DEVICE_TYPE = "hpu"
+SWITCH = "HPU_PLUGIN_BUCKETS"
+#: Dynamo's default number of graphs per function, and ours while bucketed work runs.
+DYNAMO_RECOMPILE_LIMIT = 8
+STATIC_RECOMPILE_LIMIT = 64
+#: Compilations with new shapes before the recompilation warning.
+WARN_AFTER = 3
+
+#: The static cache length of the ``generate()`` call in progress (read by the cache wrapper).
+_cache_length: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "hpu_plugin_cache_length", default=None
+)
+
+#: generate() arguments that decide the shapes or read the prompt: the user's choice wins.
+GENERATE_CHOICES = (
+    "past_key_values", "cache", "cache_implementation", "max_cache_len", "streamer",
+    "assistant_model", "inputs_embeds", "prefill_chunk_size", "negative_prompt_ids",
+)
+#: Generation settings under which padding could change the result, with their neutral values.
+NEUTRAL_SETTINGS: dict[str, tuple[Any, ...]] = {
+    "num_beams": (None, 1),
+    "num_return_sequences": (None, 1),
+    "return_dict_in_generate": (None, False),
+    "repetition_penalty": (None, 1.0),
+    "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0),
+    "encoder_no_repeat_ngram_size": (None, 0),
+    "sequence_bias": (None,),
+    "bad_words_ids": (None,),
+    "force_words_ids": (None,),
+    "constraints": (None,),
+    "guidance_scale": (None, 1.0),
+    "prompt_lookup_num_tokens": (None,),
+    "cache_implementation": (None,),
+    "max_cache_len": (None,),
+    "use_cache": (None, True),
+}
+
+
+# -- facts about the model ------------------------------------------------------------------
+
+
+def is_compiled(model: Any) -> bool:
+    """``model.compile()`` or ``model.forward = torch.compile(model.forward)``."""
+    if getattr(model, "_compiled_call_impl", None) is not None:
+        return True
+    return getattr(vars(model).get("forward"), "_torchdynamo_orig_callable", None) is not None
+
+
+def max_positions(model: Any) -> int | None:
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    value = getattr(config, "max_position_embeddings", None)
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
+    """The registry's buckets; a malformed answer is reported once and means no buckets."""
+    answer = registry.shape_buckets(kind, DEVICE_TYPE, limit)
+    if answer is None:
+        return ()
+    sizes = tuple(answer)
+    if not all(isinstance(s, int) and s > 0 for s in sizes) or list(sizes) != sorted(set(sizes)):
+        say_once(
+            f"bad-buckets-{kind}", logging.WARNING,
+            "hpu_plugin: hpu_shape_buckets(%r) returned %r, not ascending positive sizes; "
+            "%s shapes are not bucketed.", kind, answer, kind,
+        )
+        return ()
+    return sizes
+
+
+# -- the compilation counter ----------------------------------------------------------------
+
+
+def compilations() -> int | None:
+    """Gaudi's own count (``metric_global("graph_compilation")``), or None without it."""
+    try:
+        from habana_frameworks.torch.hpu.metrics import metric_global
+    except Exception:
+        return None
+    metric = metric_global("graph_compilation")
+    return None if metric is None else int(dict(metric.stats()).get("TotalNumber", 0))
+
+
+class RecompileWatch:
+    """Notices a compiled model that keeps compiling as one dimension varies; warns once."""
+
+    def __init__(self, where: str, dimension: str) -> None:
+        self.where = where
+        self.dimension = dimension
+        self.sizes: list[int] = []
+        self.growing = 0
+
+    def observe(self, before: int | None, size: int, why_unbucketed: str) -> None:
+        after = compilations()
+        if before is None or after is None or after <= before or size in self.sizes:
+            return
+        self.sizes.append(size)
+        self.growing += 1
+        if self.growing >= WARN_AFTER:
+            say_once(
+                f"recompiling:{self.where}", logging.WARNING,
+                "hpu_plugin: %s keeps compiling new graphs (%d so far) as %s varies (%s); %s",
+                self.where, after, self.dimension, ", ".join(map(str, self.sizes[:6])),
+                why_unbucketed,
+            )
+
+
+@contextlib.contextmanager
+def static_graphs() -> Iterator[None]:
+    """One static graph per bucket, as Gaudi prefers, while bucketed work runs.
+
+    Dynamo's defaults would trace a second shape as a dynamic-shape graph (Gaudi then still
+    compiles a recipe per concrete shape, with the overhead of dynamic shapes) and fall back
+    to eager after 8 graphs of one function; with buckets every shape is wanted. Settings
+    the user changed from dynamo's defaults are kept.
+    """
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    changes: dict[str, Any] = {}
+    if getattr(config, "automatic_dynamic_shapes", None) is True:
+        changes["automatic_dynamic_shapes"] = False
+    if getattr(config, "recompile_limit", None) == DYNAMO_RECOMPILE_LIMIT:
+        changes["recompile_limit"] = STATIC_RECOMPILE_LIMIT
+    with config.patch(changes):
+        yield
+
+
+# -- generate() -----------------------------------------------------------------------------
+
+
+class GeneratePlan:
+    """How one ``generate()`` call is padded, and how its result is cut back."""
+
+    def __init__(self, batch: int, length: int, batch_to: int, length_to: int, cache: int,
+                 new_tokens: int) -> None:
+        self.batch, self.length = batch, length
+        self.batch_to, self.length_to = batch_to, length_to
+        self.cache, self.new_tokens = cache, new_tokens
+
+    def padded(self) -> int:
+        return (self.batch_to * self.length_to) - (self.batch * self.length)
+
+
+def _setting(name: str, kwargs: dict[str, Any], config: Any) -> Any:
+    return kwargs[name] if name in kwargs else getattr(config, name, None)
+
+
+def _why_not(model: Any, kwargs: dict[str, Any], config: Any) -> str | None:
+    """Why this call cannot be padded without changing its result or a user choice."""
+    for name in GENERATE_CHOICES:
+        if kwargs.get(name) is not None:
+            return f"you passed {name}= (your choice decides the shapes)"
+    for name, neutral in NEUTRAL_SETTINGS.items():
+        value = _setting(name, kwargs, config)
+        if not any(value is n or value == n for n in neutral):
+            return f"{name}={value!r} is set (padding could change the result)"
+    model_config = getattr(model, "config", None)
+    if getattr(model_config, "is_encoder_decoder", False):
+        return "the model is an encoder-decoder"
+    if getattr(type(model), "_supports_static_cache", True) is False:
+        return "the model has no static cache"
+    return None
+
+
+def _new_tokens(kwargs: dict[str, Any], config: Any, length: int) -> int | None:
+    """``max_new_tokens`` as the caller meant it; a ``max_length`` counts the prompt, which
+    padding lengthens, so it is turned into new tokens (likewise ``min_length``)."""
+    if _setting("min_new_tokens", kwargs, config) is None and (
+        _setting("min_length", kwargs, config) or 0) > 0:
+        return None
+    new = _setting("max_new_tokens", kwargs, config)
+    if new is None:
+        max_length = _setting("max_length", kwargs, config)
+        new = None if max_length is None else max_length - length
+    return new if isinstance(new, int) and new > 0 else None
+
+
+def plan_generate(
+    registry: Registry, model: Any, input_ids: Any, kwargs: dict[str, Any]
+) -> GeneratePlan | str:
+    """The padding of this call, or why there is none."""
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    why = _why_not(model, kwargs, config)
+    if why is not None:
+        return why
+    if getattr(input_ids, "ndim", 0) != 2 or input_ids.dtype.is_floating_point:
+        return "the prompt is not a batch of token ids"
+    batch, length = (int(n) for n in input_ids.shape)
+    new = _new_tokens(kwargs, config, length)
+    if new is None:
+        return "the number of new tokens is not known before generation"
+    limit = max_positions(model)
+    length_to = bucket_for(length, buckets(registry, "length", limit))
+    sampling = bool(_setting("do_sample", kwargs, config))
+    batch_to = batch if sampling else bucket_for(batch, buckets(registry, "batch", None))
+    cache_buckets = buckets(registry, "cache", max(limit or 0, length_to + new))
+    if not cache_buckets:
+        return f"{SWITCH}=0 or {SWITCH}_CACHE=0 is set"
+    cache = bucket_for(length_to + new, cache_buckets)
+    return GeneratePlan(batch, length, batch_to, length_to, cache, new)
+
+
+def _pad_token(model: Any, kwargs: dict[str, Any]) -> int:
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = _setting(name, kwargs, config)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else None
+        if hasattr(value, "tolist"):
+            value = value.reshape(-1)[0].item()
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def pad_prompt(plan: GeneratePlan, input_ids: Any, mask: Any, pad_token: int) -> tuple[Any, Any]:
+    """Left-pad to the length bucket (mask 0), then fill the batch with copies of row 0."""
+    import torch
+
+    extra = plan.length_to - plan.length
+    if extra:
+        ids_pad = input_ids.new_full((plan.batch, extra), pad_token)
+        input_ids = torch.cat([ids_pad, input_ids], dim=1)
+        mask = torch.cat([mask.new_zeros((plan.batch, extra)), mask], dim=1)
+    rows = plan.batch_to - plan.batch
+    if rows:
+        input_ids = torch.cat([input_ids, input_ids[:1].expand(rows, -1)], dim=0)
+        mask = torch.cat([mask, mask[:1].expand(rows, -1)], dim=0)
+    return input_ids, mask
+
+
+def _prompt_and_mask(model: Any, inputs: Any, kwargs: dict[str, Any]) -> tuple[Any, Any] | str:
+    import torch
+
+    input_ids = inputs if inputs is not None else kwargs.get("input_ids")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.device.type != DEVICE_TYPE:
+        return "the prompt is not a tensor on hpu"
+    mask = kwargs.get("attention_mask")
+    if mask is None:
+        config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+        pad = _setting("pad_token_id", kwargs, config)
+        if isinstance(pad, int) and bool((input_ids == pad).any()):
+            return "the prompt holds pad tokens and no attention_mask was given"
+        mask = torch.ones_like(input_ids)
+    elif mask.shape != input_ids.shape:
+        return "the attention_mask is not shaped like the prompt"
+    return input_ids, mask
+
+
+def _fix(why: str, what: str) -> str:
+    if SWITCH in why:
+        return f"shape buckets are off ({why}): unset {SWITCH} to bucket {what}."
+    return (f"hpu-plugin does not bucket them because {why}: pad {what} to a few sizes "
+            "yourself, or leave that choice to hpu-plugin.")
+
+
+def _bucketed_generate(
+    registry: Registry, original: Callable[..., Any], model: Any, inputs: Any,
+    kwargs: dict[str, Any],
+) -> tuple[Any, str | None]:
+    """Run ``generate()`` padded to buckets; else unpadded, with the reason."""
+    prompt = _prompt_and_mask(model, inputs, kwargs)
+    plan = prompt if isinstance(prompt, str) else plan_generate(registry, model, prompt[0], kwargs)
+    if isinstance(plan, str) or isinstance(prompt, str):
+        return original(model, inputs, **kwargs), plan if isinstance(plan, str) else prompt
+    input_ids, mask = pad_prompt(plan, *prompt, _pad_token(model, kwargs))
+    call = {k: v for k, v in kwargs.items()
+            if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
+    call.update(attention_mask=mask, max_new_tokens=plan.new_tokens, cache_implementation="static")
+    token = _cache_length.set(plan.cache)
+    try:
+        with static_graphs():
+            out = original(model, input_ids, **call)
+    finally:
+        _cache_length.reset(token)
+    return out[: plan.batch, plan.length_to - plan.length :], None
+
+
+def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
+    watch = RecompileWatch("generate() with a compiled model",
+                           "the prompt length (dimension 1 of input_ids)")
+
+    @functools.wraps(original)
+    def generate(self: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
+        device = getattr(self, "device", None)
+        if args or getattr(device, "type", None) != DEVICE_TYPE or not is_compiled(self):
+            return original(self, inputs, *args, **kwargs)
+        before = compilations()
+        result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
+        if why is not None:
+            prompt = inputs if inputs is not None else kwargs.get("input_ids")
+            size = int(prompt.shape[-1]) if hasattr(prompt, "shape") and prompt.ndim else 0
+            watch.observe(before, size, _fix(why, "prompt lengths"))
+        return result
+
+    generate.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return generate
+
+
+def make_prepare_cache(original: Callable[..., Any]) -> Callable[..., Any]:
+    """While a bucketed ``generate()`` runs, its static cache gets the bucketed length."""
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def prepare_cache(*args: Any, **kwargs: Any) -> Any:
+        length = _cache_length.get()
+        if length is None:
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["max_cache_length"] = max(length, bound.arguments["max_cache_length"])
+        return original(*bound.args, **bound.kwargs)
+
+    prepare_cache.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return prepare_cache
+
+
+def install_generate(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "GenerationMixin", None)
+    generate = vars(cls).get("generate") if cls is not None else None
+    prepare = vars(cls).get("_prepare_cache_for_generation") if cls is not None else None
+    if generate is None or prepare is None:
+        stay_out(HOST, "shape buckets", "GenerationMixin.generate/_prepare_cache_for_generation")
+        return
+    if "max_cache_length" not in inspect.signature(prepare).parameters:
+        stay_out(HOST, "shape buckets", "max_cache_length in _prepare_cache_for_generation")
+        return
+    if getattr(generate, "__hpu_plugin__", False):
+        return
+    patches.set(cls, "_prepare_cache_for_generation", make_prepare_cache(prepare))
+    patches.set(cls, "generate", make_generate(registry, generate))
+
+
+# -- Trainer --------------------------------------------------------------------------------
+
+#: Value each padded key of a training batch gets (right padding; ids get the pad token).
+PAD_VALUES: dict[str, int | None] = {
+    "input_ids": None, "attention_mask": 0, "labels": -100, "token_type_ids": 0,
+    "position_ids": 0, "special_tokens_mask": 1,
+}
+
+
+class BucketingCollator:
+    """The user's collator, its batches right-padded to a length bucket (labels -100).
+
+    Right padding after every real token changes no loss: the causal mask keeps real
+    tokens from seeing it, the attention mask hides it, and -100 labels leave it out of the
+    loss and of ``num_items_in_batch``.
+    """
+
+    def __init__(self, inner: Callable[..., Any], registry: Registry, pad_token: int,
+                 limit: int | None) -> None:
+        self.inner = inner
+        self.registry = registry
+        self.pad_token = pad_token
+        self.limit = limit
+
+    def __getattr__(self, name: str) -> Any:  # the collator's own settings stay visible
+        return getattr(self.inner, name)
+
+    def __call__(self, features: Any) -> Any:
+        batch = self.inner(features)
+        ids = batch.get("input_ids") if hasattr(batch, "get") else None
+        if getattr(ids, "ndim", 0) != 2:
+            return batch
+        length = int(ids.shape[1])
+        sizes = buckets(self.registry, "length", self.limit)
+        target = bucket_for(length, sizes)
+        if target == length:
+            return batch
+        return self._pad(batch, length, target)
+
+    def _pad(self, batch: Any, length: int, target: int) -> Any:
+        import torch
+
+        keys = [k for k, v in batch.items()
+                if isinstance(v, torch.Tensor) and v.ndim == 2 and v.shape[1] == length]
+        unknown = [k for k in keys if k not in PAD_VALUES]
+        if unknown:
+            say_once("bucket-unknown-keys", logging.INFO,
+                     "hpu_plugin: training batches are not bucketed: the collator returns %s, "
+                     "whose padding value is unknown.", ", ".join(unknown))
+            return batch
+        for key in keys:
+            value = PAD_VALUES[key]
+            fill = self.pad_token if value is None else value
+            tensor = batch[key]
+            pad = tensor.new_full((tensor.shape[0], target - length), fill)
+            batch[key] = torch.cat([tensor, pad], dim=1)
+        return batch
+
+
+def _trainer_pad_token(trainer: Any) -> int:
+    tokenizer = getattr(trainer, "processing_class", None) or getattr(trainer, "tokenizer", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    for value in (getattr(tokenizer, "pad_token_id", None),
+                  getattr(getattr(trainer.model, "config", None), "pad_token_id", None)):
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def bucket_trainer(registry: Registry, trainer: Any) -> None:
+    """Wrap the trainer's collator when its model is compiled for Gaudi and the user left
+    the padding to us."""
+    args = trainer.args
+    compiled = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
+    if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
+        return
+    collator = trainer.data_collator
+    if collator is None or isinstance(collator, BucketingCollator):
+        return
+    if getattr(collator, "pad_to_multiple_of", None) is not None:
+        return  # the user's own buckets
+    if not buckets(registry, "length", max_positions(trainer.model)):
+        return  # buckets off: the training runs as the user wrote it
+    trainer.data_collator = BucketingCollator(
+        collator, registry, _trainer_pad_token(trainer), max_positions(trainer.model)
+    )
+    for name in ("training_step", "prediction_step"):
+        step = getattr(trainer, name, None)
+        if callable(step):
+            setattr(trainer, name, _in_static_graphs(step))
+
+
+def _in_static_graphs(step: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with static_graphs():
+            return step(*args, **kwargs)
+
+    return run
+
+
+def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "Trainer", None)
+    original = vars(cls).get("__init__") if cls is not None else None
+    if original is None:
+        stay_out(HOST, "shape buckets", "Trainer.__init__")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            bucket_trainer(registry, self)
+        except Exception as exc:  # bucketing is an optimisation: never break the Trainer
+            say_once("bucket-trainer-failed", logging.WARNING,
+                     "hpu_plugin: training batches are not bucketed: %r", exc)
+
+    __init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    patches.set(cls, "__init__", __init__)
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    """Register the post-import hooks (only with a device ready)."""
+
+    def hook(adapter: Callable[..., None]) -> Callable[[types.ModuleType], None]:
+        return lambda module: adapter(registry, patches, module)
+
+    importhook.when_imported("transformers.generation.utils", hook(install_generate))
+    importhook.when_imported("transformers.trainer", hook(install_trainer))

@@ -1,0 +1,98 @@
+"""Which host tests run, where, and with which device switches.
+
+Each suite names the distribution whose sdist supplies the tests, the test paths of the CI
+subset and of the full run, and the environment of each device. ``cpu`` is the hosts' own
+CPU run (the emulator off); ``hpu`` is the emulated Gaudi with two devices (the hosts'
+multi-device tests need two) and the hosts' own device switches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# Accelerate's core files (issue 9): the device, big-model, modeling, multi-device,
+# utilities, data loader, checkpointing, gradient sync, optimizer and kwargs handlers.
+_ACCELERATE_CORE = [
+    "tests/test_accelerator.py",
+    "tests/test_big_modeling.py",
+    "tests/test_modeling_utils.py",
+    "tests/test_multidevice.py",
+    "tests/test_utils.py",
+    "tests/test_data_loader.py",
+    "tests/test_state_checkpointing.py",
+    "tests/test_grad_sync.py",
+    "tests/test_optimizer.py",
+    "tests/test_kwargs_handlers.py",
+]
+_ACCELERATE_MORE = [
+    "tests/test_hooks.py",
+    "tests/test_memory_utils.py",
+    "tests/test_offload.py",
+    "tests/test_scheduler.py",
+    "tests/test_metrics.py",
+]
+
+# PEFT: its accelerator tests (tests/test_common_gpu.py, class-level @require_non_cpu) for
+# LoRA and AdaLoRA/RandLoRA with bitsandbytes 4-bit and 8-bit: QLoRA is what PEFT users run
+# on Gaudi. PEFT's other tests pick their device with peft.utils.infer_device, which has no
+# hpu branch, so they run on CPU in both runs and prove nothing about hpu. The checkpoints
+# these tests load are tiny stand-ins (peer_suites/hub_stand_ins.py): the runs are offline.
+_PEFT = ["tests/test_common_gpu.py"]
+# Left out: the two mixed-adapter-batch tests (they need the real checkpoint's tokenizer) and
+# test_lora_bnb_quantization_from_pretrained_safetensors (it loads a LoRA adapter from the Hub).
+_PEFT_SELECTION = (
+    "lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
+    " and not mixed_adapter_batches and not test_lora_bnb_quantization_from_pretrained"
+)
+
+_TRANSFORMERS = HERE / "transformers_testers"
+
+
+@dataclass(frozen=True)
+class Suite:
+    """One host's suite: its sdist, test selections and device switches."""
+
+    name: str
+    distribution: str
+    ci: list[str]
+    full: list[str]
+    # Extra pytest arguments of each subset (e.g. a -k selection).
+    ci_args: list[str] = field(default_factory=list)
+    full_args: list[str] = field(default_factory=list)
+    # Environment of the hpu run beyond the emulator's switches.
+    hpu_env: dict[str, str] = field(default_factory=dict)
+    # The tests live in this repository and import the sdist (Transformers' mixins).
+    own_tests: bool = False
+    # The tests load small Hub checkpoints: give them the offline stand-ins.
+    hub_stand_ins: bool = False
+
+
+SUITES: dict[str, Suite] = {
+    "accelerate": Suite(
+        name="accelerate",
+        distribution="accelerate",
+        ci=_ACCELERATE_CORE,
+        full=_ACCELERATE_CORE + _ACCELERATE_MORE,
+    ),
+    "peft": Suite(
+        name="peft",
+        distribution="peft",
+        ci=_PEFT,
+        full=_PEFT,
+        ci_args=["-k", _PEFT_SELECTION],
+        full_args=["-k", _PEFT_SELECTION],
+        hub_stand_ins=True,
+    ),
+    "transformers": Suite(
+        name="transformers",
+        distribution="transformers",
+        # CI: Llama (ModelTesterMixin, generation, training) fits the budget; full: all three.
+        ci=[str(_TRANSFORMERS / "test_llama.py")],
+        full=[str(_TRANSFORMERS)],
+        hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
+        own_tests=True,
+    ),
+}

@@ -1,0 +1,100 @@
+"""``generate()`` and ``pipeline()`` with a compiled model on the emulated Gaudi: prompts and
+batches padded to buckets, a static cache of a bucketed length, the same tokens."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import LLAMA, QWEN2
+
+GENERATE = """
+import json
+from habana_frameworks.torch.hpu.metrics import metric_global
+gc = metric_global("graph_compilation")
+model.compile()
+out = {"same": [], "shapes": []}
+cases = [(1, 5), (1, 17), (1, 40), (1, 70), (3, 30), (2, 9)]
+for batch, length in cases:
+    ids = torch.randint(3, 128, (batch, length)).to("hpu")
+    mask = torch.ones_like(ids)
+    if batch > 1:
+        mask[1, :3] = 0  # the caller's own left padding stays
+        ids[1, :3] = 0
+    got = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    want = ref.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    out["same"].append(torch.equal(got.cpu(), want.cpu()))
+    out["shapes"].append([list(got.shape), list(want.shape)])
+out["compilations"] = dict(gc.stats())["TotalNumber"]
+# max_length counts the prompt: padding must not change how many tokens are made
+ids = torch.randint(3, 128, (1, 11)).to("hpu")
+out["max_length"] = [model.generate(ids, max_length=16, do_sample=False).shape[1],
+                     ref.generate(ids, max_length=16, do_sample=False).shape[1]]
+print("RESULT" + json.dumps(out))
+"""
+
+
+def _result(output: str) -> dict:
+    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("model", [LLAMA, QWEN2], ids=["llama", "qwen2"])
+def test_bucketed_generation_makes_the_same_tokens_with_few_compilations(run, model):
+    out = _result(run(model + GENERATE))
+    assert all(out["same"]), out
+    assert all(got == want for got, want in out["shapes"]), out["shapes"]
+    # buckets in use: length 64 (batch 1), 128 (batch 1), 64 (batch 4), 64 (batch 2);
+    # each one prefill and one decode graph, and cache length 512 throughout
+    assert out["compilations"] <= 8, out
+    assert out["max_length"][0] == out["max_length"][1] == 16
+
+
+@pytest.mark.e2e
+def test_explicit_choices_and_the_switch_turn_bucketing_off(run):
+    script = LLAMA + """
+from habana_frameworks.torch.hpu.metrics import metric_global
+model.config._attn_implementation = "eager"  # symbolic shapes: see the emulator README
+model.compile()
+gc = metric_global("graph_compilation")
+for length in (5, 70, 90, 100):
+    ids = torch.randint(3, 128, (1, length)).to("hpu")
+    out = model.generate(ids, max_new_tokens=2, do_sample=False, **KWARGS)
+    assert out.shape[1] == length + 2, out.shape
+print("TOTAL", dict(gc.stats())["TotalNumber"])
+"""
+    bucketed = run(script.replace("**KWARGS", ""))
+    assert "TOTAL 3" in bucketed  # prefill at lengths 64 and 128, one decode (cache 512)
+    user_cache = run(script.replace("**KWARGS", "cache_implementation='static'"))
+    total = int(user_cache.split("TOTAL ")[1].split()[0])
+    assert total >= 4  # one prefill graph per prompt length: the user's choice stands
+    assert "you passed cache_implementation=" in user_cache  # the recompilation warning
+    off = run(script.replace("**KWARGS", ""), {"HPU_PLUGIN_BUCKETS": "0"})
+    assert int(off.split("TOTAL ")[1].split()[0]) >= 4
+    assert "unset HPU_PLUGIN_BUCKETS" in off
+
+
+@pytest.mark.e2e
+def test_pipeline_with_a_compiled_model_is_bucketed(run):
+    out = run(LLAMA + """
+from habana_frameworks.torch.hpu.metrics import metric_global
+from transformers import pipeline, PreTrainedTokenizerFast
+from tokenizers import Tokenizer, models, pre_tokenizers
+vocab = {f"w{i}": i for i in range(128)}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w3"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="w0", eos_token="w2",
+                                    bos_token="w1", unk_token="w3")
+model.compile()
+texts = [" ".join(f"w{4 + (i * 7 + j) % 120}" for j in range(n)) for i, n in enumerate((3, 9, 20))]
+gen = pipeline("text-generation", model=model, tokenizer=tokenizer)
+want = pipeline("text-generation", model=ref, tokenizer=tokenizer)
+for text in texts:
+    a = gen(text, max_new_tokens=5, do_sample=False)[0]["generated_text"]
+    b = want(text, max_new_tokens=5, do_sample=False)[0]["generated_text"]
+    assert a == b, (a, b)
+print("TOTAL", dict(metric_global("graph_compilation").stats())["TotalNumber"])
+""")
+    assert "TOTAL 2" in out  # three prompt lengths, one bucket: one prefill, one decode

@@ -1,0 +1,98 @@
+"""``habana_frameworks.torch.hpu.metrics`` on the emulator: the bridge's names, keys and
+semantics, and the recipe-cache model of ``hpu_backend``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+BRIDGE_LOOP = """
+import json, os, torch
+from habana_frameworks.torch.hpu.metrics import metric_global, metric_localcontext, MetricNotFound
+import habana_frameworks.torch.hpu as hthpu
+
+out = {"same_module": hthpu.metric_global is metric_global}
+out["zero"] = {n: dict(metric_global(n).stats()) for n in
+               ("graph_compilation", "cpu_fallback", "memory_defragmentation")}
+rc = metric_global("recipe_cache")
+out["recipe_cache_present"] = rc is not None
+out["unknown"] = metric_global("non-existing metric") is None
+try:
+    with metric_localcontext("non-existing"):
+        pass
+except MetricNotFound:
+    out["local_unknown_raises"] = True
+
+def step(t1, t2):  # the bridge's compute_single_step, compiled
+    multiplied = t1 * t2
+    summed = t1 + t2
+    return (summed * multiplied).cpu()
+
+compiled = torch.compile(step, backend="hpu_backend")
+gc = metric_global("graph_compilation")
+gc.reset()
+totals, times = [], []
+with metric_localcontext("graph_compilation") as local:
+    for x in range(1, 11):
+        compiled(torch.rand(10, 20, x).to("hpu"), torch.rand(10, 20, x).to("hpu"))
+        stats = dict(gc.stats())
+        totals.append(stats["TotalNumber"])
+        times.append(stats["TotalTime"])
+out["totals"], out["times"] = totals, times
+out["local"] = dict(local.stats())["TotalNumber"]
+out["keys"] = [k for k, _ in gc.stats()]
+gc.reset()
+for _ in range(10):
+    compiled(torch.rand(1, 2, 3, 4).to("hpu"), torch.rand(1, 2, 3, 4).to("hpu"))
+out["same_shape"] = dict(gc.stats())["TotalNumber"]
+if rc is not None:
+    out["rc"] = {k: v for k, v in rc.stats() if k in ("TotalHit", "TotalMiss")}
+print("RESULT" + json.dumps(out))
+"""
+
+
+def _result(output: str) -> dict:
+    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.e2e
+def test_the_bridges_shape_loop_counts_one_compilation_per_shape(run):
+    out = _result(run(BRIDGE_LOOP, {"PT_HPU_ENABLE_CACHE_METRICS": "1"}))
+    assert out["same_module"] and out["unknown"] and out["local_unknown_raises"]
+    assert out["zero"]["graph_compilation"] == {"TotalNumber": 0, "TotalTime": 0, "AvgTime": 0}
+    assert out["zero"]["cpu_fallback"] == {"TotalNumber": 0, "FallbackOps": {}}
+    assert out["zero"]["memory_defragmentation"]["TotalNumber"] == 0
+    assert out["keys"] == ["TotalNumber", "TotalTime", "AvgTime"]
+    # shapes [10, 20, x] for x in 1..10: one compilation each, total time growing
+    assert out["totals"] == list(range(1, 11))
+    assert all(b > a for a, b in zip(out["times"], out["times"][1:], strict=False)), out["times"]
+    assert out["local"] == 10
+    # the same shape ten times: the shapes above were cached; this one compiles once
+    assert out["same_shape"] == 1
+    assert out["recipe_cache_present"]
+    assert out["rc"] == {"TotalHit": 9, "TotalMiss": 11}
+
+
+@pytest.mark.e2e
+def test_recipe_cache_metric_exists_only_when_asked_for_as_on_gaudi(run):
+    out = run("""
+        from habana_frameworks.torch.hpu.metrics import metric_global
+        print("RC", metric_global("recipe_cache"))
+    """)
+    assert "RC None" in out
+
+
+@pytest.mark.e2e
+def test_training_compiles_a_forward_and_a_backward_graph_per_shape(run):
+    out = run("""
+        import torch
+        from habana_frameworks.torch.hpu.metrics import metric_global
+        layer = torch.nn.Linear(4, 4).to("hpu")
+        f = torch.compile(lambda x: layer(x).sum(), backend="hpu_backend")
+        for n in (3, 3, 5):
+            f(torch.rand(n, 4).to("hpu")).backward()
+        print("TOTAL", dict(metric_global("graph_compilation").stats())["TotalNumber"])
+    """)
+    assert "TOTAL 4" in out

@@ -1,0 +1,96 @@
+"""``Trainer(torch_compile=True)`` on the emulated Gaudi: batches padded to length buckets,
+labels masked, the same losses as unpadded training."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import LLAMA
+
+TRAIN = LLAMA + """
+import json, random
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainingArguments, TrainerCallback, DataCollatorWithPadding
+from transformers import DataCollatorForLanguageModeling
+from habana_frameworks.torch.hpu.metrics import metric_global
+
+class Rows(Dataset):
+    def __init__(self):
+        rng = random.Random(0)
+        self.n = [rng.randint(3, 150) for _ in range(16)]
+    def __len__(self):
+        return len(self.n)
+    def __getitem__(self, i):
+        ids = [3 + (i * 5 + j) % 120 for j in range(self.n[i])]
+        return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": ids}
+
+def collate(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    def pad(key, value):
+        return torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
+    return {"input_ids": pad("input_ids", 0), "attention_mask": pad("attention_mask", 0),
+            "labels": pad("labels", -100)}
+
+class Losses(TrainerCallback):
+    def __init__(self):
+        self.losses = []
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(logs["loss"])
+
+losses = Losses()
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-shapes", max_steps=8,
+                         per_device_train_batch_size=2, torch_compile=True, report_to=[],
+                         save_strategy="no", logging_steps=1, seed=0, PAD_ARG)
+trainer = Trainer(model=model.train(), args=args, train_dataset=Rows(), data_collator=COLLATOR,
+                  callbacks=[losses])
+trainer.train()
+print("RESULT" + json.dumps({"losses": losses.losses,
+      "wrapped": type(trainer.data_collator).__name__,
+      "compilations": dict(metric_global("graph_compilation").stats())["TotalNumber"]}))
+"""
+
+
+def _result(output: str) -> dict:
+    import json
+
+    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.e2e
+def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
+    script = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate")
+    bucketed = _result(run(script))
+    # the reference: the same training, not compiled, so nothing is padded
+    plain = _result(run(script.replace("torch_compile=True", "torch_compile=False")))
+    assert bucketed["wrapped"] == "BucketingCollator" and plain["wrapped"] == "function"
+    assert len(bucketed["losses"]) == len(plain["losses"]) == 8
+    for a, b in zip(bucketed["losses"], plain["losses"], strict=True):
+        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (bucketed["losses"], plain["losses"])
+    # lengths 3..150 fall in the buckets 64, 128, 256: a forward and a backward graph each
+    assert bucketed["compilations"] <= 2 * 3, bucketed
+    assert plain["compilations"] == 0
+    off = _result(run(script.replace("max_steps=8", "max_steps=1"), {"HPU_PLUGIN_BUCKETS": "0"}))
+    assert off["wrapped"] == "function"
+
+
+@pytest.mark.e2e
+def test_a_users_pad_to_multiple_of_wins(run):
+    script = TRAIN.replace(", PAD_ARG", "").replace(
+        "COLLATOR", "DataCollatorWithPadding(Tok(), pad_to_multiple_of=32)"
+    ).replace("losses = Losses()", '''losses = Losses()
+class Tok:  # the least a collator needs of a tokenizer
+    padding_side = "right"
+    pad_token_id = 0
+    model_input_names = ["input_ids", "attention_mask"]
+    def pad(self, features, **kw):
+        kw.pop("padding", None)
+        m = kw["pad_to_multiple_of"]
+        longest = -(-max(len(f["input_ids"]) for f in features) // m) * m
+        out = {}
+        for key, value in (("input_ids", 0), ("attention_mask", 0), ("labels", -100)):
+            out[key] = torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
+        return out''')
+    out = _result(run(script))
+    assert out["wrapped"] == "DataCollatorWithPadding", out

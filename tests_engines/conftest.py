@@ -1,0 +1,69 @@
+"""Tests of the distributed engines (docs/scaling-out.md): multi-node torchrun, DeepSpeed,
+Ray. They need requirements/engines.txt, so they live outside ``tests/`` and run in their
+own virtual environment (``.ci/steps/50-engines.sh``). Every test here starts real
+launchers in subprocesses on the emulator; the ``engines_full`` ones are the slowest and run
+from the second command in docs/scaling-out.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.e2e.conftest import emulated_env  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "engines: needs requirements/engines.txt (slow)")
+    config.addinivalue_line(
+        "markers", "engines_full: the slowest engine tests, run by the second command"
+    )
+
+
+def torchrun(tmp_path: Path, script: str, *args: str, nnodes: int = 1, node_rank: int = 0,
+             port: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start one node's ``torchrun`` of a script in this folder, 2 processes on 2 devices."""
+    where = ["--standalone"] if nnodes == 1 else [
+        "--nnodes", str(nnodes), "--node_rank", str(node_rank),
+        "--master_addr", "127.0.0.1", "--master_port", str(port)]
+    argv = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc_per_node", "2",
+            str(HERE / script), *args]
+    return subprocess.Popen(argv, env=env or emulated_env(tmp_path, devices=2), cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finish(proc: subprocess.Popen[str], timeout: int = 600) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def result(output: str) -> dict:
+    """The JSON a job script prints after ``RESULT``."""
+    for line in output.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    raise AssertionError(f"no RESULT line in the job's output:\n{output[-6000:]}")
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _emulator_builds(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Build (or find) the emulator once, so no job times out compiling it."""
+    subprocess.run([sys.executable, "-m", "hpu_plugin.emulation", "build"], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True)

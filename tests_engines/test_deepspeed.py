@@ -1,0 +1,95 @@
+"""DeepSpeed 0.19.8 on two emulated devices: its HPU accelerator finds the API it calls in
+the stand-ins, and ZeRO stages 1, 2 and 3 train to the same losses as the same job's DDP,
+through an unchanged Trainer and through ``accelerate launch``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import run
+
+from .conftest import HERE, emulated_env, finish, result, torchrun
+
+pytestmark = [pytest.mark.e2e, pytest.mark.engines]
+
+#: Trainer: the same fp32 math in the same order, only partitioned: equal to float rounding.
+TRAINER_TOLERANCE = 1e-5
+#: accelerate launch: DeepSpeed's ZeRO optimizer steps Adam on flat fp32 partitions, DDP on
+#: each parameter; the order of float additions differs (measured: 1.5e-4 relative).
+ACCELERATE_TOLERANCE = 1e-3
+
+
+def test_save_pretrained_with_deepspeed_installed(tmp_path):
+    """The issue's first failure: Accelerate's extract_model_from_parallel imports DeepSpeed,
+    whose HPU accelerator reached ``htcore.hpu.Event``."""
+    out = run(f"""
+        import torch
+        from accelerate.utils import extract_model_from_parallel
+        from transformers import LlamaConfig, LlamaForCausalLM
+        config = LlamaConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                             num_key_value_heads=1, intermediate_size=64, vocab_size=100)
+        model = extract_model_from_parallel(LlamaForCausalLM(config).to("hpu"))
+        model.save_pretrained({str(tmp_path / "saved")!r})
+        from deepspeed.accelerator import get_accelerator
+        acc = get_accelerator()
+        print("accelerator=", acc.device_name(), acc.communication_backend_name())
+        print("event=", type(acc.Event()).__module__)
+        print("fp16=", acc.is_fp16_supported(), "memory=", acc.total_memory() > 0)
+        print("generator=", acc.default_generator(0).initial_seed() == acc.initial_seed())
+        print("stream=", acc.current_stream().device.type)
+    """, emulated_env(tmp_path, devices=2)).lines()
+    assert (tmp_path / "saved" / "model.safetensors").exists()
+    assert out["accelerator"] == "hpu hccl"
+    assert out["fp16"] == "True memory= True"  # Gaudi2: fp16 yes
+    assert out["generator"] == "True"
+    assert out["stream"] == "hpu"
+
+
+def trainer_losses(tmp_path, stage: int) -> list[float]:
+    folder = tmp_path / f"stage{stage}"
+    folder.mkdir()
+    code, out = finish(torchrun(folder, "zero_job.py", str(stage), str(folder / "out")))
+    assert code == 0, out[-6000:]
+    got = result(out)
+    assert got["device"] == "hpu" and got["backend"] == "hccl"
+    return got["losses"]
+
+
+@pytest.mark.parametrize(
+    "stage", [2, pytest.param(1, marks=pytest.mark.engines_full),
+              pytest.param(3, marks=pytest.mark.engines_full)])
+def test_zero_through_trainer_matches_ddp(tmp_path, stage):
+    ddp = trainer_losses(tmp_path, 0)
+    zero = trainer_losses(tmp_path, stage)
+    assert len(zero) == len(ddp) == 4
+    assert zero == pytest.approx(ddp, rel=TRAINER_TOLERANCE)
+
+
+def accelerate_losses(tmp_path, *options: str) -> dict:
+    env = emulated_env(tmp_path, devices=2)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    argv = [os.path.join(os.path.dirname(sys.executable), "accelerate"), "launch",
+            "--num_processes", "2", *options, str(HERE / "accelerate_job.py")]
+    proc = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return result(proc.stdout)
+
+
+@pytest.mark.engines_full
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_zero_through_accelerate_launch_matches_ddp(tmp_path, stage):
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({
+        "zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1, "zero_allow_untested_optimizer": True}))
+    ddp = accelerate_losses(tmp_path, "--multi_gpu")
+    zero = accelerate_losses(tmp_path, "--use_deepspeed", "--deepspeed_config_file", str(config))
+    assert ddp["type"].endswith("MULTI_HPU") and zero["type"].endswith("DEEPSPEED")
+    assert zero["backend"] == ddp["backend"] == "hccl"
+    assert zero["losses"] == pytest.approx(ddp["losses"], rel=ACCELERATE_TOLERANCE)
