@@ -3,6 +3,6 @@
 # version-sensitive test runs on both ends of the range (the newest in step 20).
 set -euo pipefail
 source .ci/steps/lib.bash
-setup_venv .venv-oldest requirements/oldest.txt
+setup_venv .venv-oldest requirements/matrix/oldest.txt
 .venv-oldest/bin/python -m hpu_plugin.emulation build
 .venv-oldest/bin/pytest tests/shapes -k "llama or pipeline or test_plugin" -q
