@@ -179,12 +179,15 @@ def hpu_ddp_backend(device_type, world_size):
 def test_every_deciding_spec_declares_a_checked_type():
     assert set(RESULT_TYPES) == {
         "hpu_device_available", "hpu_device_properties", "hpu_compile_backend",
-        "hpu_ddp_backend", "hpu_quantization_device_map",
+        "hpu_ddp_backend", "hpu_quantization_device_map", "hpu_shape_buckets",
+        "hpu_job_facts",
     }
 
 
 @pytest.mark.parametrize("hook, value, ok", [
     ("hpu_device_available", True, True),
+    ("hpu_shape_buckets", (64, 128), True),
+    ("hpu_shape_buckets", [64, 128], False),
     ("hpu_device_available", 1, False),
     ("hpu_ddp_backend", "hccl", True),
     ("hpu_ddp_backend", b"hccl", False),
