@@ -185,6 +185,8 @@ def test_every_deciding_spec_declares_a_checked_type():
 
 @pytest.mark.parametrize("hook, value, ok", [
     ("hpu_device_available", True, True),
+    ("hpu_shape_buckets", (64, 128), True),
+    ("hpu_shape_buckets", [64, 128], False),
     ("hpu_device_available", 1, False),
     ("hpu_ddp_backend", "hccl", True),
     ("hpu_ddp_backend", b"hccl", False),

@@ -77,7 +77,9 @@ def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
 
 @pytest.mark.e2e
 def test_a_users_pad_to_multiple_of_wins(run):
-    script = TRAIN.replace(", PAD_ARG", "").replace(
+    # one step: unbucketed compiled training with a second shape would trace symbolic
+    # shapes, which the emulator cannot (hpu_plugin/emulation/README.md)
+    script = TRAIN.replace(", PAD_ARG", "").replace("max_steps=8", "max_steps=1").replace(
         "COLLATOR", "DataCollatorWithPadding(Tok(), pad_to_multiple_of=32)"
     ).replace("losses = Losses()", '''losses = Losses()
 class Tok:  # the least a collator needs of a tokenizer
