@@ -294,7 +294,7 @@ def test_a_missing_compiler_is_one_clear_message(run, tmp_path):
     assert out.stdout.strip() == "imported"
     errors = [line for line in out.stderr.splitlines() if "hpu_plugin" in line]
     assert len(errors) == 1, out.stderr
-    assert "no C++ compiler ('no-such-compiler-xyz')" in errors[0] and "fix:" in errors[0]
+    assert "CXX='no-such-compiler-xyz' is not on PATH" in errors[0] and "fix:" in errors[0]
 
 
 def test_hl_smi_prints_like_the_real_tool_and_is_on_path_for_children(run):
