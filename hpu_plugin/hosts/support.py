@@ -64,10 +64,6 @@ MATRIX: tuple[MatrixEntry, ...] = (
         "newest", "2.13.0", "5.24.0", "1.15.0",
         "the newest releases; the whole suite runs on them",
     ),
-    MatrixEntry(
-        "torch-2.14", "2.14.1", "5.24.0", "1.15.0",
-        "a second torch release, with the newest hosts",
-    ),
 )
 
 #: Below these, the hosts have no HPU code at all: the adapters stay out of them.

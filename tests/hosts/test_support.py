@@ -45,8 +45,7 @@ from hpu_plugin.hosts.patching import Patches
         ("accelerate", "1.4.0", support.OUT_OF_RANGE),
         ("accelerate", "1.16.0", support.OUT_OF_RANGE),
         ("torch", "2.13.0+cpu", support.TESTED),  # a build of a tested release
-        ("torch", "2.14.1+cu130", support.TESTED),
-        ("torch", "2.14.0", support.UNTESTED),
+        ("torch", "2.14.1+cu130", support.OUT_OF_RANGE),  # no CPU build of it was tested
         ("torch", "2.12.1", support.OUT_OF_RANGE),
         ("torch", "2.15.0.dev20260101+cpu", support.OUT_OF_RANGE),
         ("torch", "not-a-version", support.UNREADABLE),
@@ -77,9 +76,9 @@ def test_unknown_host_is_refused():
 
 
 def test_combination_names_the_matrix_entry_or_lists_the_tested_pairs():
-    newest = {"torch": "2.14.1", "transformers": "5.24", "accelerate": "1.15.0"}
-    assert support.combination(newest)["entry"] == "torch-2.14"
-    mixed = {"torch": "2.14.1", "transformers": "4.51.3", "accelerate": "1.5.0"}
+    newest = {"torch": "2.13.0", "transformers": "5.24", "accelerate": "1.15.0"}
+    assert support.combination(newest)["entry"] == "newest"
+    mixed = {"torch": "2.13.0", "transformers": "4.51.3", "accelerate": "1.10.1"}
     result = support.combination(mixed)
     assert result["entry"] is None
     assert "transformers 4.51.3 + accelerate 1.5.0 on torch 2.13.0" in result["message"]
