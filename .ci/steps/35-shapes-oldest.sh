@@ -1,8 +1,6 @@
 # Shape buckets on the oldest supported pair (transformers 4.51.3): the generate() adapter
 # reaches into GenerationMixin internals (_prepare_cache_for_generation), so its
-# version-sensitive test runs on both ends of the range (the newest in step 20).
+# version-sensitive test runs on both ends of the range (the newest in step 20). It reuses
+# the oldest entry's environment, which step 30 created and built the emulator for.
 set -euo pipefail
-source .ci/steps/lib.bash
-setup_venv .venv-oldest requirements/matrix/oldest.txt
-.venv-oldest/bin/python -m hpu_plugin.emulation build
-.venv-oldest/bin/pytest tests/shapes -k "llama or pipeline or test_plugin" -q
+.nox/oldest/bin/pytest tests/shapes -k "llama or pipeline or test_plugin" -q -p no:cacheprovider
