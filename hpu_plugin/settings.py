@@ -34,9 +34,11 @@ SIZE_UNITS: dict[str, int] = {
     "tb": 1000**4, "tib": 1024**4,
 }
 
-_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
-_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+", re.ASCII)
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", re.ASCII)
+# Patterns as text, compiled (and cached by ``re``) on first use: this module is imported
+# inside every ``import torch``, where compiling them up front cost about 2 ms.
+_INTEGER = r"[+-]?[0-9]+"
+_DECIMAL = r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+"
+_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)"
 
 
 class SettingError(ValueError):
@@ -82,7 +84,7 @@ def integer(variable: str, raw: str, minimum: int | None = None,
     """A whole number in ASCII digits (optional sign), within ``[minimum, maximum]``."""
     text = raw.strip()
     accepted = _range_text("an integer", minimum, maximum)
-    if len(text) > MAX_DIGITS or not _INTEGER.fullmatch(text):
+    if len(text) > MAX_DIGITS or not re.fullmatch(_INTEGER, text, re.ASCII):
         raise SettingError(variable, raw, accepted + " in ASCII digits")
     value = int(text)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
@@ -110,7 +112,7 @@ def seconds(variable: str, raw: str | None, default: float,
     text = raw.strip()
     accepted = (f"a number of seconds above 0 and at most {maximum:g}, in ASCII digits "
                 f"(e.g. {default:g} or 0.5)")
-    if len(text) > MAX_DIGITS or not _DECIMAL.fullmatch(text):
+    if len(text) > MAX_DIGITS or not re.fullmatch(_DECIMAL, text, re.ASCII):
         raise SettingError(variable, raw, accepted,
                            f"set it to e.g. {default:g}, or unset it for the default "
                            f"of {default:g} s")
@@ -128,7 +130,7 @@ def size(variable: str, raw: str, minimum: int = MIN_SIZE, maximum: int = MAX_SI
     accepted = (f"a whole number of bytes from {_bytes_text(minimum)} to "
                 f"{_bytes_text(maximum)}, as a number with an optional unit "
                 "(B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 96GiB, 512MiB, 1073741824")
-    match = _SIZE.fullmatch(raw.strip())
+    match = re.fullmatch(_SIZE, raw.strip(), re.ASCII)
     if match is None or len(match.group(1)) > MAX_DIGITS:
         raise SettingError(variable, raw, accepted)
     unit = match.group(2).lower()
