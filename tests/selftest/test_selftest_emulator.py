@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from processes import scrubbed
 
 from hpu_plugin.selftest import catalog, runner
 
@@ -24,8 +24,10 @@ SECRET = "s3cr3t-" + uuid.uuid4().hex
 
 
 def selftest(tmp_path: Path, *args: str, emulate: bool = True, **extra: str) -> tuple[int, dict]:
-    env = dict(os.environ, HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1",
-               MY_SERVICE_API_TOKEN=SECRET, **extra)
+    # scrubbed: settings that other tests of this process made (the plugin's Gaudi
+    # defaults, exported where a test activated it in-process) must not reach the report
+    env = scrubbed(HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1",
+                   MY_SERVICE_API_TOKEN=SECRET, **extra)
     if emulate:
         env["HPU_PLUGIN_EMULATE"] = "1"
     report = tmp_path / "selftest.json"
