@@ -153,16 +153,24 @@ def _alarm_free() -> bool:
         return False
 
 
-def _over_budget(signum: int, frame: Any) -> None:
-    raise ImportBudgetExceeded
-
-
 def _with_alarm(call: Callable[[], T], budget: float) -> T:
-    previous = signal.signal(signal.SIGALRM, _over_budget)
+    armed = [True]
+
+    def over_budget(signum: int, frame: Any) -> None:
+        if armed[0]:
+            raise ImportBudgetExceeded
+
+    previous = signal.signal(signal.SIGALRM, over_budget)
     try:
         signal.setitimer(signal.ITIMER_REAL, budget, _REPEAT)
         return call()
     finally:
+        # Disarm first: the timer repeats, and an alarm delivered while this block runs
+        # used to raise out of it before the previous handler was restored. The next
+        # plugin then found SIGALRM taken, fell back to the watchdog thread (which cannot
+        # end a sleep) and hung. A store is no point where Python runs signal handlers,
+        # so from here on a late alarm is a no-op and the restore below always runs.
+        armed[0] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
