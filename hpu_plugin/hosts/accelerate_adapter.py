@@ -99,6 +99,42 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
         return chosen_backend, distributed_type
 
     patches.set(cls, "_prepare_backend", ours(_prepare_backend))
+    install_device_index(patches, cls, multi_hpu)
+
+
+def install_device_index(patches: Patches, cls: Any, multi_hpu: Any) -> None:
+    """A launcher's ``ACCELERATE_TORCH_DEVICE=hpu`` means the process's current Gaudi.
+
+    Ray Train sets ``ACCELERATE_TORCH_DEVICE`` to ``str(get_device())``, which for a worker
+    with ``{"HPU": 1}`` is ``hpu`` without an index (Ray's HPU device manager answers
+    ``torch.device("hpu")``). Accelerate keeps that device as it is, and its DDP branch for
+    HPU passes ``device_ids=[device.index]``: ``[None]``, which torch's DDP cannot take (its
+    fallback for a missing index knows CUDA, XPU, MPS, MTIA and PrivateUse1, not HPU), so
+    ``Trainer.train()`` fails in ``prepare``. Without the variable Accelerate itself picks
+    ``hpu:<current device>``; the same device, named with its index, is what it gets here.
+    Only in a MULTI_HPU job: a single process keeps Accelerate's own index-less ``hpu``; a
+    device with an index, or of another type, is left exactly as set.
+    """
+    original = original_of(cls, "set_device", HOST, "device index",
+                           "PartialState.set_device", own=True)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def set_device(self: Any) -> Any:
+        result = original(self)
+        device = getattr(self, "device", None)
+        if (
+            getattr(self, "distributed_type", None) == multi_hpu
+            and getattr(device, "type", None) == DEVICE_TYPE
+            and device.index is None
+        ):
+            import torch
+
+            self.device = torch.device(DEVICE_TYPE, torch.hpu.current_device())
+        return result
+
+    patches.set(cls, "set_device", ours(set_device))
 
 
 def install_launch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:

@@ -67,6 +67,27 @@ def test_accelerate_launch_starts_one_process_per_device(tmp_path):
         assert rank["equal"] == "True"  # DDP kept the parameters equal across ranks
 
 
+def test_a_launcher_naming_hpu_without_an_index_trains(tmp_path):
+    """Ray Train sets ACCELERATE_TORCH_DEVICE=hpu (no index) in each worker; Accelerate's
+    DDP branch for HPU then passed device_ids=[None], which DDP refuses. Each process must
+    train on its current Gaudi, as when Accelerate picks the device itself."""
+    script = tmp_path / "train.py"
+    script.write_text(ACCELERATE_TRAIN + "print(f'index={accelerator.device.index} "
+                      "current={torch.hpu.current_device()}')\n")
+    env = emulated_env(tmp_path, devices=2, ACCELERATE_TORCH_DEVICE="hpu")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", str(script)]
+    result = run("", env, argv=argv, cwd=tmp_path)
+    ranks = _ranks(result.stdout)
+    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    for rank in ranks:
+        assert rank["type"].endswith("MULTI_HPU")
+        assert rank["backend"] == "hccl"
+        assert rank["equal"] == "True"
+    indices = re.findall(r"index=(\S+) current=(\S+)", result.stdout)
+    assert len(indices) == 2 and all(index == current for index, current in indices), indices
+
+
 TORCHRUN_TRAIN = """
 import torch
 import torch.distributed as dist
