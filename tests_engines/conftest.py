@@ -42,6 +42,20 @@ def torchrun(tmp_path: Path, script: str, *args: str, nnodes: int = 1, node_rank
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def accelerate_launch(folder: Path, script: str, *, num_machines: int, machine_rank: int,
+                      port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start one node's ``accelerate launch`` of a script in this folder, 2 processes a node,
+    as a user types it on each machine (no config file: ``HF_HOME`` is the node's folder)."""
+    accelerate = str(Path(sys.executable).parent / "accelerate")
+    argv = [accelerate, "launch", "--num_machines", str(num_machines),
+            "--machine_rank", str(machine_rank), "--num_processes", str(2 * num_machines),
+            "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+            str(HERE / script)]
+    env = {**env, "PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")}
+    return subprocess.Popen(argv, env=env, cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 def finish(proc: subprocess.Popen[str], timeout: int = 600) -> tuple[int, str]:
     out, _ = proc.communicate(timeout=timeout)
     return proc.returncode, out

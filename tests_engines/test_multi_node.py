@@ -8,20 +8,26 @@ import time
 
 import pytest
 
-from .conftest import emulated_env, finish, free_port, torchrun
+from .conftest import accelerate_launch, emulated_env, finish, free_port, torchrun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
 
-def two_nodes(tmp_path, node0: dict[str, str], node1: dict[str, str], timeout: str = "60"):
+def two_nodes(tmp_path, node0: dict[str, str], node1: dict[str, str], timeout: str = "60",
+              launcher: str = "torchrun"):
+    """One launcher a node, each node its own emulated server of 2 devices."""
     port = free_port()
     procs = []
     for rank, extra in enumerate((node0, node1)):
         folder = tmp_path / f"node{rank}"
         folder.mkdir()
         env = emulated_env(folder, devices=2, HPU_PLUGIN_PREFLIGHT_TIMEOUT=timeout, **extra)
-        procs.append(torchrun(folder, "two_node_job.py", nnodes=2, node_rank=rank, port=port,
-                              env=env))
+        if launcher == "accelerate":
+            procs.append(accelerate_launch(folder, "two_node_job.py", num_machines=2,
+                                           machine_rank=rank, port=port, env=env))
+        else:
+            procs.append(torchrun(folder, "two_node_job.py", nnodes=2, node_rank=rank,
+                                  port=port, env=env))
     return [finish(p) for p in procs]
 
 
@@ -30,24 +36,36 @@ def reports(output: str) -> list[dict]:
             if "RESULT " in line]
 
 
-def test_two_nodes_train_with_hccl_each_on_its_own_server(tmp_path):
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_two_nodes_train_with_hccl_each_on_its_own_server(tmp_path, launcher):
+    """``torchrun --nnodes 2`` and ``accelerate launch --num_machines 2``, one a node."""
     (rc0, out0), (rc1, out1) = two_nodes(
         tmp_path,
         {"HABANA_VISIBLE_MODULES": "0,1"},
         {"HPU_PLUGIN_EMULATE_MODULES": "4,5", "HABANA_VISIBLE_MODULES": "4,5"},
+        launcher=launcher,
     )
     assert rc0 == rc1 == 0, out0[-4000:] + out1[-4000:]
     ranks = sorted(reports(out0) + reports(out1), key=lambda r: r["rank"])
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
     assert {r["backend"] for r in ranks} == {"hccl"}
+    assert {r["type"] for r in ranks} == {"DistributedType.MULTI_HPU"}
+    assert {r["n"] for r in ranks} == {4}
     assert {r["device"] for r in ranks} == {"hpu"}
     assert [(r["node"], r["module"]) for r in ranks] == [
         ("0", "0"), ("0", "1"), ("1", "4"), ("1", "5")]
     assert len({r["checksum"] for r in ranks}) == 1  # DDP kept every replica equal
 
 
-def test_a_node_with_another_int64_setting_stops_the_job_naming_it(tmp_path):
-    (rc0, out0), (rc1, out1) = two_nodes(tmp_path, {}, {"PT_ENABLE_INT64_SUPPORT": "0"})
+#: The failure paths under ``accelerate launch`` are the same check reached through
+#: Accelerate's torchrun; they run from the second command (engines_full).
+LAUNCHERS = ["torchrun", pytest.param("accelerate", marks=pytest.mark.engines_full)]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_node_with_another_int64_setting_stops_the_job_naming_it(tmp_path, launcher):
+    (rc0, out0), (rc1, out1) = two_nodes(tmp_path, {}, {"PT_ENABLE_INT64_SUPPORT": "0"},
+                                         launcher=launcher)
     assert rc0 != 0 and rc1 != 0
     for out in (out0, out1):
         assert "PreflightError: PT_ENABLE_INT64_SUPPORT='0'" in out, out[-4000:]
@@ -55,12 +73,13 @@ def test_a_node_with_another_int64_setting_stops_the_job_naming_it(tmp_path):
         assert "RESULT" not in out  # stopped before training
 
 
-def test_a_dead_node_ends_the_other_within_the_timeout(tmp_path):
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_a_dead_node_ends_the_other_within_the_timeout(tmp_path, launcher):
     """Node 1 is refused by the rules (its server has modules 4,5; nothing selects them):
     node 0 must not wait in the process group for the 30-minute default."""
     start = time.monotonic()
     (rc0, out0), (rc1, out1) = two_nodes(
-        tmp_path, {}, {"HPU_PLUGIN_EMULATE_MODULES": "4,5"}, timeout="20")
+        tmp_path, {}, {"HPU_PLUGIN_EMULATE_MODULES": "4,5"}, timeout="20", launcher=launcher)
     assert rc1 != 0 and "set HABANA_VISIBLE_MODULES=4,5" in out1, out1[-4000:]
     assert rc0 != 0
     assert "rank(s) 2,3 of 4 did not report to the pre-flight check within 20 s" in out0, (

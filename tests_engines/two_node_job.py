@@ -22,6 +22,7 @@ flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
 print("RESULT " + json.dumps({
     "rank": accelerator.process_index, "n": accelerator.num_processes,
     "node": os.environ.get("GROUP_RANK"), "backend": accelerator.state.backend,
+    "type": str(accelerator.distributed_type),
     "device": accelerator.device.type, "module": os.environ.get("HLS_MODULE_ID"),
     "checksum": round(float(flat.sum()), 6),
 }), flush=True)
