@@ -18,6 +18,10 @@ import re
 #: registry, activation, the emulator's configuration and the ``.pth`` all read them here.
 ON_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
 OFF_WORDS: frozenset[str] = frozenset({"", "0", "false", "no", "off"})
+#: Words the Gaudi bridge itself takes as "on" for its own flags (``PT_HPU_METRICS_GC_DETAILS``,
+#: ``PT_HPU_ENABLE_CACHE_METRICS``): the emulator reads those flags exactly as Gaudi does,
+#: so a value that is on (or off) on Gaudi is on (or off) here too.
+GAUDI_FLAG_WORDS: frozenset[str] = frozenset({"y", "yes", "t", "true", "on", "1"})
 
 #: Longest text a number may have: Python's ``int()`` on thousands of digits is slow and
 #: its float overflows; no sensible setting needs more.
@@ -55,9 +59,10 @@ class SettingError(ValueError):
                          f"fix: {self.fix}")
 
 
-def switch(variable: str, raw: str | None, default: bool = False) -> bool:
+def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:
     """An on/off switch: one of :data:`ON_WORDS` or :data:`OFF_WORDS` (any case, spaces
-    around ignored); ``default`` when unset."""
+    around ignored); ``default`` when unset. ``fix`` replaces the generic advice where the
+    caller knows what each value does."""
     if raw is None:
         return default
     word = raw.strip().lower()
@@ -65,7 +70,14 @@ def switch(variable: str, raw: str | None, default: bool = False) -> bool:
         return True
     if word in OFF_WORDS:
         return False
-    raise SettingError(variable, raw, "1/true/yes/on or 0/false/no/off (any case)")
+    raise SettingError(variable, raw, "1/true/yes/on or 0/false/no/off (any case)", fix)
+
+
+def gaudi_flag(raw: str | None) -> bool:
+    """One of the Gaudi bridge's own flags, read as the bridge reads it: on for a
+    :data:`GAUDI_FLAG_WORDS` word (any case), off for anything else; never an error, since
+    Gaudi raises none for these."""
+    return raw is not None and raw.strip().lower() in GAUDI_FLAG_WORDS
 
 
 def is_on(raw: str | None) -> bool:
@@ -90,6 +102,20 @@ def integer(variable: str, raw: str, minimum: int | None = None,
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
         raise SettingError(variable, raw, accepted)
     return value
+
+
+def ascending(variable: str, raw: str, fix: str = "") -> tuple[int, ...]:
+    """A comma-separated list of positive whole numbers in ASCII digits, strictly ascending
+    (``128,256,512``; spaces ignored), as sizes to round up to are given."""
+    accepted = "strictly ascending positive integers in ASCII digits, comma-separated"
+    parts = [part.strip() for part in raw.split(",") if part.strip()]
+    if not parts or any(len(p) > MAX_DIGITS or not re.fullmatch(r"[0-9]+", p, re.ASCII)
+                        for p in parts):
+        raise SettingError(variable, raw, accepted, fix)
+    values = tuple(int(part) for part in parts)
+    if values[0] <= 0 or list(values) != sorted(set(values)):
+        raise SettingError(variable, raw, accepted, fix)
+    return values
 
 
 def rank(variable: str, raw: str) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from hpu_plugin import settings
 from hpu_plugin.emulation import runtime
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.generations import Generation, generation_from_name
@@ -190,8 +191,11 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def _module_id_from_environ() -> int:
-    value = os.environ.get(visibility.MODULE_ID, "").strip()
-    return int(value) if value.isdigit() else -1
+    raw = os.environ.get(visibility.MODULE_ID, "")
+    try:  # acquisition has refused a bad value already; -1 is "none", as the bridge says
+        return settings.rank(visibility.MODULE_ID, raw) if raw.strip() else -1
+    except settings.SettingError:
+        return -1
 
 
 class device:

@@ -22,14 +22,14 @@ from contextlib import contextmanager
 from statistics import mean
 from typing import Any
 
+from hpu_plugin import settings
+
 #: Event topics, as the bridge's ``EventId`` names them.
 GRAPH_COMPILATION = "GRAPH_COMPILATION"
 CPU_FALLBACK = "CPU_FALLBACK"
 CACHE_HIT = "CACHE_HIT"
 CACHE_MISS = "CACHE_MISS"
 MEMORY_DEFRAGMENTATION = "MEMORY_DEFRAGMENTATION"
-
-_TRUE_WORDS = ("y", "yes", "t", "true", "on", "1")
 
 Callback = Callable[[dict[str, str]], None]
 
@@ -130,7 +130,7 @@ class GraphCompilationMetric(Metric):
             ("TotalTime", self._time),
             ("AvgTime", float(self._time) / self._number if self._number else 0),
         ]
-        if os.environ.get("PT_HPU_METRICS_GC_DETAILS", "").lower() in _TRUE_WORDS:
+        if settings.gaudi_flag(os.environ.get("PT_HPU_METRICS_GC_DETAILS")):
             result.append(("recipe", list(self._recipes)))
         return result
 
@@ -163,7 +163,7 @@ class MemoryDefragmentationMetric(Metric):
 
     def _on_event(self, topic: str, params: dict[str, str]) -> None:
         self._number += 1
-        if params.get("success", "").lower() in _TRUE_WORDS:
+        if settings.gaudi_flag(params.get("success")):
             self._successful += 1
             self._times.append(int(params["milliseconds"]))
 
@@ -216,7 +216,7 @@ def _register(metric_type: type[Metric]) -> None:
 _register(GraphCompilationMetric)
 _register(CpuFallbackMetric)
 _register(MemoryDefragmentationMetric)
-if os.environ.get("PT_HPU_ENABLE_CACHE_METRICS", "").lower() in _TRUE_WORDS:
+if settings.gaudi_flag(os.environ.get("PT_HPU_ENABLE_CACHE_METRICS")):
     _register(RecipeCacheMetric)
 
 

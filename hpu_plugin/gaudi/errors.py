@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.settings import SettingError
 
 
 class GaudiConfigError(Refusal):
@@ -28,6 +29,12 @@ class GaudiConfigError(Refusal):
         if problem:
             text += f": {problem}"
         super().__init__(f"{text}. Supported: {supported}. Fix: {fix}")
+
+    @classmethod
+    def from_setting(cls, error: SettingError) -> GaudiConfigError:
+        """The settings parser's refusal of a value, as a Gaudi rule's refusal (which a
+        hook may raise to reach the user): same variable, value, accepted form and fix."""
+        return cls(error.variable, error.value, error.accepted, error.fix)
 
     def as_finding(self, check: str) -> Finding:
         return Finding(

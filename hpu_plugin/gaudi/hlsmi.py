@@ -147,7 +147,7 @@ def default_timeout() -> float:
     try:
         return settings.seconds("HPU_PLUGIN_HLSMI_TIMEOUT", raw, TIMEOUT, maximum=3600)
     except settings.SettingError as exc:
-        raise GaudiConfigError(exc.variable, exc.value, exc.accepted, exc.fix) from None
+        raise GaudiConfigError.from_setting(exc) from None
 
 
 def query(

@@ -14,9 +14,9 @@ compared; every other key must be equal on every rank.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi import selection
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.visibility import MODULES
@@ -48,22 +48,14 @@ class PreflightError(GaudiConfigError):
 
 
 def parse_timeout(environ: Mapping[str, str]) -> float:
-    """``HPU_PLUGIN_PREFLIGHT_TIMEOUT`` in seconds (a positive number), else the default."""
-    raw = environ.get(TIMEOUT_VARIABLE)
-    if raw is None or not raw.strip():
-        return DEFAULT_TIMEOUT
+    """``HPU_PLUGIN_PREFLIGHT_TIMEOUT`` in seconds, read by the settings parser as every
+    other time is (a positive number in ASCII digits, at most a week), else the default.
+    A value it refuses is a :class:`GaudiConfigError` naming the variable, the value and the
+    fix, raised in ``init_process_group`` before the ranks start waiting for each other."""
     try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise GaudiConfigError(
-            TIMEOUT_VARIABLE,
-            raw,
-            "a positive number of seconds",
-            f"set {TIMEOUT_VARIABLE}=60, or unset it (default {DEFAULT_TIMEOUT:g} s)",
-        )
-    return value
+        return settings.seconds(TIMEOUT_VARIABLE, environ.get(TIMEOUT_VARIABLE), DEFAULT_TIMEOUT)
+    except settings.SettingError as exc:
+        raise GaudiConfigError.from_setting(exc) from None
 
 
 def selection_pattern(environ: Mapping[str, str], placement: selection.JobPlacement | None) -> str:

@@ -21,11 +21,11 @@ one-process-per-device are enforced on every layout: they do not depend on numbe
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.visibility import MAX_DEVICES, MODULE_ID, MODULES
@@ -40,7 +40,6 @@ LAUNCH_FIX = (
     "launch one process per device (accelerate launch --num_processes, torchrun --nproc-per-node)"
 )
 _LOGGED: set[str] = set()
-_SIGNED = re.compile(r"-?[0-9]+", re.ASCII)
 
 Layout = Literal["server", "group", "arbitrary", "unknown"]
 HostModules = Sequence[int] | Mapping[int, int] | None
@@ -401,14 +400,15 @@ def _env_int(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, int
         raw = environ.get(name)
         if raw is None:
             continue
-        if not _SIGNED.fullmatch(raw.strip()):
+        try:  # the settings parser: ASCII digits, a bounded length
+            return name, settings.integer(name, raw)
+        except settings.SettingError:
             raise PlacementError(
                 name,
                 raw,
                 "an integer",
                 "let the launcher (torchrun, accelerate launch, mpirun) set it, not by hand",
-            )
-        return name, int(raw.strip())
+            ) from None
     return None
 
 

@@ -20,48 +20,39 @@ from hpu_plugin.gaudi.shapes import KINDS, default_buckets
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 SWITCH = "HPU_PLUGIN_BUCKETS"
-_ON = settings.ON_WORDS | {""}  # unset: on
-_OFF = settings.OFF_WORDS - {""}
 
 
-def _switch(environ: Mapping[str, str], name: str) -> bool | None:
-    """True/False for a switch word, None for anything else."""
-    value = environ.get(name, "").strip().lower()
-    if value in _ON:
-        return True
-    if value in _OFF:
-        return False
-    return None
+def _switch(environ: Mapping[str, str]) -> bool:
+    """``HPU_PLUGIN_BUCKETS`` through the settings parser; unset or blank: on."""
+    raw = environ.get(SWITCH)
+    try:
+        return settings.switch(
+            SWITCH, raw if raw and raw.strip() else None, default=True,
+            fix=f"use {SWITCH}=0 to turn shape buckets off or {SWITCH}=1 to keep them on "
+            "(the default)")
+    except settings.SettingError as exc:
+        raise Refusal(str(exc)) from None
 
 
 def parse_sizes(name: str, raw: str) -> tuple[int, ...]:
-    """``"128,256,512"`` -> ``(128, 256, 512)``; a clear error naming ``name`` otherwise."""
+    """``"128,256,512"`` -> ``(128, 256, 512)`` (the settings parser); a :class:`Refusal`
+    naming ``name``, the value and the fix otherwise."""
     try:
-        sizes = tuple(int(part) for part in raw.replace(" ", "").split(",") if part)
-    except ValueError:
-        sizes = ()
-    if not sizes or any(b <= 0 for b in sizes) or list(sizes) != sorted(set(sizes)):
-        raise Refusal(
-            f"{name}={raw!r} is not a list of bucket sizes: give ascending positive integers "
-            f"(e.g. {name}=128,256,512), or {name}=0 to turn this kind of bucketing off."
-        )
-    return sizes
+        return settings.ascending(
+            name, raw, fix=f"give ascending positive integers (e.g. {name}=128,256,512), or "
+            f"{name}=0 to turn this kind of bucketing off")
+    except settings.SettingError as exc:
+        raise Refusal(str(exc)) from None
 
 
 def buckets(kind: str, limit: int | None, environ: Mapping[str, str]) -> tuple[int, ...]:
-    switch = _switch(environ, SWITCH)
-    if switch is None:
-        raise Refusal(
-            f"{SWITCH}={environ[SWITCH]!r} is not a switch: use {SWITCH}=0 to turn shape "
-            f"buckets off or {SWITCH}=1 to keep them on (the default)."
-        )
-    if not switch:
+    if not _switch(environ):
         return ()
     name = f"{SWITCH}_{kind.upper()}"
     raw = environ.get(name, "").strip()
     if not raw:
         return default_buckets(kind, limit)
-    if raw.lower() in _OFF:
+    if raw.lower() in settings.OFF_WORDS:
         return ()
     return parse_sizes(name, raw)
 

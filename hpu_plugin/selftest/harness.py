@@ -13,6 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin import settings
 from hpu_plugin.selftest import faults, protocol
 
 Body = Callable[[], tuple[str, dict[str, Any]]]
@@ -48,7 +49,8 @@ def chosen_module() -> str:
     """The module this process acquires: ``HABANA_VISIBLE_MODULES[LOCAL_RANK]`` as the runner
     sets it, or ``?`` when the runner could not choose (no ``hl-smi``)."""
     modules = [m.strip() for m in os.environ.get("HABANA_VISIBLE_MODULES", "").split(",")]
-    rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
+    raw = os.environ.get("LOCAL_RANK", "")
+    rank = settings.rank("LOCAL_RANK", raw) if raw.strip() else 0
     return modules[rank] if rank < len(modules) and modules[rank] else "?"
 
 

@@ -66,6 +66,51 @@ def test_seconds_are_positive_and_finite_or_named_refusal(raw):
         assert isinstance(value, float) and 0 < value <= 7 * 24 * 3600
 
 
+@given(texts | st.lists(st.integers(-3, 10**6)).map(lambda xs: ",".join(map(str, xs))))
+def test_ascending_is_strictly_ascending_positive_or_named_refusal(raw):
+    value = _named(lambda: settings.ascending(VAR, raw))
+    if not isinstance(value, settings.SettingError):
+        assert value and value[0] > 0 and list(value) == sorted(set(value))
+
+
+@pytest.mark.parametrize("raw", ["\u0663", "1_0", "0x8", "1e2", "8,\uff13", "128,128", "0,8",
+                                 ",", "9" * 40])
+def test_hostile_bucket_sizes_are_refused_naming_the_variable(raw):
+    from hpu_plugin.hookspecs import Refusal
+    from hpu_plugin.plugins import shapes
+
+    with pytest.raises(Refusal, match=r"HPU_PLUGIN_BUCKETS_LENGTH=.*accepted: strictly"):
+        shapes.buckets("length", 2048, {"HPU_PLUGIN_BUCKETS_LENGTH": raw})
+
+
+@pytest.mark.parametrize("raw, on", [(None, False), ("", False), ("1", True), ("Y", True),
+                                     (" t ", True), ("on", True), ("0", False), ("maybe", False)])
+def test_gaudi_flags_are_read_as_the_bridge_reads_them(raw, on):
+    assert settings.gaudi_flag(raw) is on
+
+
+def test_no_number_is_parsed_from_the_environment_outside_settings():
+    """``int()``/``float()`` straight on an environment value takes what no shell means
+    (``\u0663``, ``1_0``, ``1e3``) and fails with a bare ValueError: every setting goes through
+    :mod:`hpu_plugin.settings` instead."""
+    import ast
+    from pathlib import Path
+
+    import hpu_plugin
+
+    root = Path(hpu_plugin.__file__).parent
+    found = []
+    for path in root.rglob("*.py"):
+        if path.name == "settings.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in {"int", "float"} and node.args
+                    and "environ" in ast.unparse(node.args[0])):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == [], found
+
+
 @given(texts)
 def test_size_is_whole_bytes_in_range_or_named_refusal(raw):
     value = _named(lambda: settings.size(VAR, raw))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpu_plugin import settings
 from hpu_plugin.gaudi import preflight
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.preflight import PreflightError, compare
@@ -69,12 +70,42 @@ def test_one_module_per_process_groups_are_checked_per_node():
         compare(three)
 
 
-@pytest.mark.parametrize("raw", ["0", "-5", "soon", "nan", "inf"])
-def test_a_bad_timeout_names_the_variable(raw):
-    with pytest.raises(GaudiConfigError, match="HPU_PLUGIN_PREFLIGHT_TIMEOUT"):
+@pytest.mark.parametrize("raw", [
+    "0", "-5", "soon", "nan", "inf", "1e3", "1_0", "0x10", "\u0663", "\uff13", "60s", "9" * 40,
+    "700000", " -1 ",
+])
+def test_a_bad_timeout_names_the_variable_the_value_and_the_fix(raw):
+    """Read by the one settings parser: what ``float()`` alone would take (exponents,
+    underscores, non-ASCII digits) is refused like any other setting's bad value."""
+    with pytest.raises(GaudiConfigError) as info:
         preflight.parse_timeout({"HPU_PLUGIN_PREFLIGHT_TIMEOUT": raw})
+    error = info.value
+    assert error.variable == "HPU_PLUGIN_PREFLIGHT_TIMEOUT" and error.value == raw
+    assert f"HPU_PLUGIN_PREFLIGHT_TIMEOUT={raw!r}" in str(error)
+    assert "unset it for the default of 60 s" in error.fix and error.fix in str(error)
 
 
-def test_the_timeout_default_and_setting():
-    assert preflight.parse_timeout({}) == preflight.DEFAULT_TIMEOUT == 60.0
-    assert preflight.parse_timeout({"HPU_PLUGIN_PREFLIGHT_TIMEOUT": "2.5"}) == 2.5
+@pytest.mark.parametrize("raw, seconds", [
+    (None, 60.0), ("", 60.0), ("  ", 60.0), ("2.5", 2.5), (" 30 ", 30.0), ("0.5", 0.5),
+    (".5", 0.5), ("604800", 604800.0),
+])
+def test_the_timeout_default_and_setting(raw, seconds):
+    environ = {} if raw is None else {"HPU_PLUGIN_PREFLIGHT_TIMEOUT": raw}
+    assert preflight.parse_timeout(environ) == seconds
+    assert preflight.DEFAULT_TIMEOUT == 60.0
+
+
+@pytest.mark.parametrize("raw", ["soon", "1e3", "\u0663", "0", "", "12", "0.25"])
+def test_the_timeout_agrees_with_the_settings_parser(raw):
+    """The same answer as every other time setting gets, refusals included."""
+    try:
+        expected: object = settings.seconds("HPU_PLUGIN_PREFLIGHT_TIMEOUT", raw, 60.0)
+    except settings.SettingError as exc:
+        expected = str(exc)
+    try:
+        got: object = preflight.parse_timeout({"HPU_PLUGIN_PREFLIGHT_TIMEOUT": raw})
+    except GaudiConfigError as exc:
+        got = str(exc)
+        assert isinstance(expected, str) and exc.supported in expected and exc.fix in expected
+        return
+    assert got == expected
