@@ -108,11 +108,6 @@ def training(steps: int, unbucketed_steps: int) -> dict[str, object]:
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     results: dict[str, object] = {}
-    # Training with symbolic shapes fails on the emulator (README): every arm traces static
-    # graphs, so without buckets each new length is a dynamo compilation (slow): fewer steps.
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    torch._dynamo.config.recompile_limit = 100000
-    torch._dynamo.config.accumulated_recompile_limit = 100000
     for arm, switch, arm_steps in (("without buckets", "0", unbucketed_steps),
                                    ("with buckets", "1", steps)):
         os.environ["HPU_PLUGIN_BUCKETS"] = switch

@@ -11,6 +11,7 @@
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/detail/HPUHooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -997,6 +998,19 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   }
 }
 
+// scaled_dot_product_attention (a composite kernel) asks the device which fused kernel to
+// run: _fused_sdp_choice_meta redispatches straight to HPU, past the fake-tensor mode of a
+// trace. The CPU kernel's answer reads only sizes, strides and dtypes, so it is asked with
+// the tensors as they are: through the fallback it needed their bytes, which a trace with
+// symbolic sizes has not (torch.compile of attention after a dynamo recompile failed).
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), query, key, value, attn_mask, dropout_p,
+      is_causal, scale, enable_gqa);
+}
+
 // One synchronous stream per device: a tensor has no other stream to be recorded on.
 // (DeepSpeed ZeRO-3 calls record_stream before freeing a partitioned parameter.)
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
@@ -1024,6 +1038,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_", TORCH_FN(hpu_emu::set_empty));
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
   m.impl("record_stream", TORCH_FN(hpu_emu::record_stream));
+  m.impl("_fused_sdp_choice", TORCH_FN(hpu_emu::fused_sdp_choice));
   // Composite kernels that pick a backend by device: on hpu they would choose
   // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
