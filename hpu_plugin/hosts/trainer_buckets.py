@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -217,7 +218,10 @@ def _explainer(trainer: Any, why_unbucketed: str | None,
             return (f"lengths above the last bucket ({sizes[-1] if sizes else 0}) are not "
                     f"padded: add larger buckets with {SWITCH}_LENGTH.")
         if SWITCH in why_unbucketed:
-            return f"shape buckets are off ({why_unbucketed}): unset it to bucket lengths."
+            name = why_unbucketed.split("=")[0]
+            return f"shape buckets are off ({why_unbucketed}): unset {name} to bucket lengths."
+        if "hook" in why_unbucketed:
+            return f"{why_unbucketed}: see hpu-plugin info for the plugin that answered."
         return (f"your collator's {why_unbucketed} decides the lengths: remove it to let "
                 "hpu-plugin pad batches to a few length buckets, or pad to a few lengths "
                 "yourself (padding='max_length').")
@@ -265,7 +269,10 @@ def _bucket_collator(registry: Registry, trainer: Any) -> tuple[str | None, tupl
     if choice is not None:
         return choice, sizes
     if not sizes:
-        return f"{SWITCH}=0 or {SWITCH}_LENGTH=0 is set", sizes
+        for name in (SWITCH, f"{SWITCH}_LENGTH"):
+            if os.environ.get(name, "").strip() == "0":
+                return f"{name}=0 is set", sizes
+        return "the hpu_shape_buckets hook returned no length buckets", sizes
     trainer.data_collator = BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)
     )
