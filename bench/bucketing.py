@@ -1,15 +1,17 @@
 """Graph compilations with and without shape buckets, on the emulated Gaudi, in one run.
 
 Greedy generation with a compiled tiny Llama over 64 prompts of random lengths 1..512, 32
-new tokens each, one prompt per call; then Trainer steps over batches of random lengths.
-Prints Gaudi's own count (``metric_global("graph_compilation")``) for each arm and the
-padding overhead (padded tokens / real tokens). Run: ``python bench/bucketing.py``
-(``--prompts``, ``--steps`` to shorten). The emulator is turned on for this process.
+new tokens each, one prompt per call; then 200 Trainer steps (``torch_compile=True``, batch
+2) over rows of random lengths 4..500, with and without buckets. Prints Gaudi's own count
+(``metric_global("graph_compilation")``) for each arm side by side, the training count per
+graph (AOT autograd gives the bridge a forward and a backward graph, each compiled per
+shape), and the padding overhead (padded tokens / real tokens). Run:
+``python bench/bucketing.py`` (``--prompts``, ``--steps`` to shorten; ``--prompts 0`` for
+training only). The emulator is turned on for this process.
 
-The model uses eager attention: tracing ``scaled_dot_product_attention`` with symbolic
-shapes fails on the emulator (see hpu_plugin/emulation/README.md), and without buckets
-dynamo traces the varying shapes symbolically; Gaudi compiles a recipe per concrete shape
-either way, which is what is counted.
+Without buckets dynamo traces the varying lengths with symbolic sizes after its first
+recompile, and the bridge compiles such a dynamic graph into ranged recipes; the emulator
+models both (hpu_plugin/emulation/README.md).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 
 os.environ.setdefault("HPU_PLUGIN_EMULATE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("PT_HPU_METRICS_GC_DETAILS", "1")  # the recipe names: forward/backward
 
 import torch
 import torch._dynamo
@@ -33,6 +36,20 @@ GC = metric_global("graph_compilation")
 
 def count() -> int:
     return int(dict(GC.stats())["TotalNumber"])
+
+
+def per_graph(since: int) -> dict[str, int]:
+    """Compilations since the ``since``-th recipe, by graph kind (the emulator names its
+    recipes ``fwd_...``/``bwd_...``; the list survives ``reset()``, as in the bridge)."""
+    recipes = dict(GC.stats()).get("recipe", [])[since:]
+    kinds = {"forward": 0, "backward": 0}
+    for name, _ in recipes:
+        kinds["backward" if name.startswith("bwd") else "forward"] += 1
+    return kinds
+
+
+def recipes_so_far() -> int:
+    return len(dict(GC.stats()).get("recipe", []))
 
 
 def tiny_llama(attention: str = "eager") -> LlamaForCausalLM:
@@ -79,9 +96,9 @@ def padding_overhead(lengths: list[int]) -> tuple[float, list[int]]:
     return (sum(padded) - sum(lengths)) / sum(lengths), sorted(set(padded))
 
 
-def training(steps: int, unbucketed_steps: int) -> dict[str, object]:
+def training(steps: int) -> dict[str, object]:
     from torch.utils.data import Dataset
-    from transformers import Trainer, TrainingArguments
+    from transformers import Trainer, TrainerCallback, TrainingArguments
 
     class Texts(Dataset):
         def __init__(self) -> None:
@@ -107,28 +124,46 @@ def training(steps: int, unbucketed_steps: int) -> dict[str, object]:
             labels[row, :n] = torch.tensor(f["labels"])
         return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
+    class Lengths(TrainerCallback):
+        """The padded lengths the model saw and the real tokens, per arm."""
+
+        def __init__(self) -> None:
+            self.shapes: set[tuple[int, ...]] = set()
+            self.padded = self.real = 0
+
     results: dict[str, object] = {}
-    # Training with symbolic shapes fails on the emulator (README): every arm traces static
-    # graphs, so without buckets each new length is a dynamo compilation (slow): fewer steps.
-    torch._dynamo.config.automatic_dynamic_shapes = False
-    torch._dynamo.config.recompile_limit = 100000
-    torch._dynamo.config.accumulated_recompile_limit = 100000
-    for arm, switch, arm_steps in (("without buckets", "0", unbucketed_steps),
-                                   ("with buckets", "1", steps)):
+    for arm, switch in (("without buckets", "0"), ("with buckets", "1")):
         os.environ["HPU_PLUGIN_BUCKETS"] = switch
         torch._dynamo.reset()
-        model = tiny_llama("sdpa").train()  # static graphs here; eager attention's
-        # backward fails on the emulator's fallback
+        model = tiny_llama("sdpa").train()
         args = TrainingArguments(
-            output_dir="/tmp/hpu-plugin-bench-bucketing", max_steps=arm_steps,
+            output_dir="/tmp/hpu-plugin-bench-bucketing", max_steps=steps,
             per_device_train_batch_size=2, torch_compile=True, report_to=[], save_strategy="no",
             logging_strategy="no", dataloader_drop_last=True, use_cpu=False,
+            disable_tqdm=True,
         )
-        trainer = Trainer(model=model, args=args, train_dataset=Texts(), data_collator=collate)
+        seen = Lengths()
+        trainer = Trainer(model=model, args=args, train_dataset=Texts(), data_collator=collate,
+                          callbacks=[seen])
+        inner = trainer.data_collator
+
+        def counting(features: list[dict[str, list[int]]], inner=inner, seen=seen) -> object:
+            batch = inner(features)
+            seen.shapes.add(tuple(batch["input_ids"].shape))
+            seen.padded += batch["input_ids"].numel()
+            seen.real += sum(len(f["input_ids"]) for f in features)
+            return batch
+
+        trainer.data_collator = counting
         GC.reset()
+        since = recipes_so_far()
         start = time.perf_counter()
         trainer.train()
-        results[arm] = (count(), time.perf_counter() - start, arm_steps)
+        results[arm] = {
+            "compilations": count(), "seconds": time.perf_counter() - start,
+            "graphs": per_graph(since), "shapes": len(seen.shapes),
+            "overhead": (seen.padded - seen.real) / max(seen.real, 1),
+        }
     return results
 
 
@@ -137,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--unbucketed-steps", type=int, default=20)
     args = parser.parse_args(argv)
 
     if not args.prompts:
@@ -156,13 +190,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def train_report(args: argparse.Namespace) -> int:
-    if args.steps:
-        train = training(args.steps, args.unbucketed_steps)
-        off, on = train["without buckets"], train["with buckets"]
-        print("Trainer: batch 2, lengths 4..500, forward and backward graphs counted")
-        print(f"  without buckets: {off[0]} compilations in {off[2]} steps ({off[1]:.0f} s)")
-        print(f"  with buckets:    {on[0]} compilations in {on[2]} steps ({on[1]:.0f} s); "
-              f"{on[0] / 2:.0f} shapes, length buckets up to 512: 5")
+    if not args.steps:
+        return 0
+    train = training(args.steps)
+    from hpu_plugin.registry import get_registry
+
+    buckets = [b for b in get_registry().shape_buckets("length", "hpu", 1024) or () if b <= 512]
+    off, on = train["without buckets"], train["with buckets"]
+    print(f"Trainer: {args.steps} steps, batch 2, lengths 4..500, torch_compile=True")
+    print(f"  {'':34}{'without buckets':>18}{'with buckets':>16}")
+    rows = (
+        ("graph compilations", "compilations", "{}"),
+        ("  forward graph", None, "forward"),
+        ("  backward graph", None, "backward"),
+        ("distinct batch shapes", "shapes", "{}"),
+        ("padding overhead (padded / real)", "overhead", "{:.1%}"),
+        ("seconds", "seconds", "{:.0f}"),
+    )
+    for label, key, form in rows:
+        if key is None:
+            a, b = off["graphs"][form], on["graphs"][form]  # type: ignore[index]
+        else:
+            a, b = form.format(off[key]), form.format(on[key])  # type: ignore[index]
+        print(f"  {label:34}{a!s:>18}{b!s:>16}")
+    print(f"  length buckets up to 512: {len(buckets)} {buckets}; per graph, compilations with "
+          f"buckets: forward {on['graphs']['forward']}, backward {on['graphs']['backward']} "
+          f"(goal: at most {len(buckets)} each)")
     return 0
 
 

@@ -4,10 +4,17 @@ On Gaudi, ``hpu_backend`` hands each FX graph (the forward and, when training, t
 graph that AOT autograd splits off) to the bridge, which compiles a Synapse *recipe* the first
 time the graph runs with a given concrete input signature and caches it: a later run with the
 same signature is a cache hit, any new shape, dtype or stride is a miss and a compilation
-(seconds on hardware). A graph that dynamo traced with symbolic sizes still compiles one
-recipe per concrete size. This module models that: the key is the graph's generated code (two
+(seconds on hardware). This module models that: the key is the graph's generated code (two
 identical graphs share recipes, as the bridge's graph hash does) and, for each input, its
-shape, dtype and strides, or the value of an integer (a size dynamo passes as a symbol).
+shape, dtype and strides, or the value of a scalar.
+
+A graph that dynamo traced with symbolic sizes (after a recompile, by automatic dynamic
+shapes, or ``dynamic=True``) is a *dynamic* graph for the bridge, which compiles ranged
+recipes instead (its ``DynamicBucketInfo``): the first run compiles a static recipe for its
+exact sizes; a run that no recipe's ranges cover compiles a new one whose range per size is
+[the smallest size seen, twice the current size] (the default historic minimum and calculated
+maximum policies). Sizes below 2 are kept exact, as there.
+
 Each miss publishes ``GRAPH_COMPILATION`` (the duration of the first run, in microseconds)
 and ``CACHE_MISS``; each hit ``CACHE_HIT`` (see ``metrics.py``).
 """
@@ -28,6 +35,8 @@ Signature = tuple[Any, ...]
 
 _lock = threading.Lock()
 _recipes: set[tuple[str, Signature]] = set()
+#: Dynamic graphs: per (graph, dtypes and ranks) the ranges of its recipes.
+_ranged: dict[tuple[str, Signature], DynamicRecipes] = {}
 
 
 def signature(inputs: Sequence[Any]) -> Signature:
@@ -44,6 +53,68 @@ def signature(inputs: Sequence[Any]) -> Signature:
     return tuple(parts)
 
 
+def _is_symbolic(value: Any) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(n, torch.SymInt) for n in (*value.shape, *value.stride()))
+    return False
+
+
+def _sizes(inputs: Sequence[Any]) -> tuple[Signature, tuple[int, ...]]:
+    """A dynamic graph's inputs as what must match exactly (dtypes, ranks, non-integer
+    scalars) and the integers its ranges cover (sizes, strides, integer scalars)."""
+    fixed: list[Any] = []
+    sizes: list[int] = []
+    for value in inputs:
+        if isinstance(value, torch.Tensor):
+            fixed.append((str(value.dtype), value.ndim))
+            sizes.extend(int(n) for n in (*value.shape, *value.stride()))
+        elif isinstance(value, int) and not isinstance(value, bool):
+            fixed.append("int")
+            sizes.append(value)
+        else:
+            fixed.append(signature([value]))
+    return tuple(fixed), tuple(sizes)
+
+
+class DynamicRecipes:
+    """The ranged recipes of one dynamic graph (see the module's docstring)."""
+
+    def __init__(self, sizes: tuple[int, ...]) -> None:
+        self.smallest = list(sizes)
+        self.ranges: list[tuple[tuple[int, int], ...]] = [tuple((n, n) for n in sizes)]
+
+    def admit(self, sizes: tuple[int, ...]) -> tuple[bool, int]:
+        """(compiled a new recipe?, the recipe's index) for a run with these sizes."""
+        self.smallest = [min(a, b) for a, b in zip(self.smallest, sizes, strict=True)]
+        for index, ranges in enumerate(self.ranges):
+            if all(lo <= n <= hi for n, (lo, hi) in zip(sizes, ranges, strict=True)):
+                return False, index
+        self.ranges.append(tuple(
+            (n, n) if n < 2 else (min(low, n), 2 * n)
+            for n, low in zip(sizes, self.smallest, strict=True)
+        ))
+        return True, len(self.ranges) - 1
+
+
+def _admit(graph_key: str, args: Sequence[Any], dynamic: bool) -> tuple[bool, str]:
+    """(a new recipe?, its id) for one run of a graph, under the cache lock."""
+    if not dynamic:
+        key = (graph_key, signature(args))
+        new = key not in _recipes
+        if new:
+            _recipes.add(key)
+        return new, f"{graph_key}_{abs(hash(key[1])) % 10**8}"
+    fixed, sizes = _sizes(args)
+    recipes = _ranged.get((graph_key, fixed))
+    if recipes is None:
+        _ranged[(graph_key, fixed)] = DynamicRecipes(sizes)
+        return True, f"{graph_key}_{abs(hash(fixed)) % 10**8}_0"
+    new, index = recipes.admit(sizes)
+    return new, f"{graph_key}_{abs(hash(fixed)) % 10**8}_{index}"
+
+
 def _graph_key(graph: torch.fx.GraphModule) -> str:
     return hashlib.sha1(graph.code.encode()).hexdigest()[:16]
 
@@ -54,16 +125,14 @@ def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
 
     def compile_graph(graph: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
         graph_key = _graph_key(graph)
+        dynamic = any(_is_symbolic(value) for value in example_inputs)
         compiled = compiler(graph, example_inputs)
         boxed = getattr(compiled, "_boxed_call", False)
 
         def run(args: list[Any]) -> Any:
-            key = (graph_key, signature(args))
             with _lock:
-                new = key not in _recipes
-                if new:
-                    _recipes.add(key)
-            recipe_id = f"{kind}_{graph_key}_{abs(hash(key[1])) % 10**8}"
+                new, recipe = _admit(graph_key, args, dynamic)
+            recipe_id = f"{kind}_{recipe}"
             if not new:
                 metrics.dispatcher.publish(metrics.CACHE_HIT, {"recipe_id": recipe_id})
                 return compiled(args) if boxed else compiled(*args)
@@ -86,3 +155,4 @@ def clear() -> None:
     """Forget every recipe (as a new process would); the metrics keep their counts."""
     with _lock:
         _recipes.clear()
+        _ranged.clear()

@@ -9,8 +9,7 @@ length of a ``Trainer`` batch) this adapter pads it up to the buckets the regist
   mask, so real tokens keep theirs), batches are filled with copies of the first row, and a
   static key-value cache of a bucketed length replaces the dynamic one, so that decoding has
   one shape per bucket. The returned sequences are cut back to what the caller asked for.
-- ``Trainer``: the collator's batches are right-padded to a length bucket, labels with
-  -100, so the loss is the loss of the unpadded batch.
+- ``Trainer``: see ``trainer_buckets``.
 
 It stays out where the user chose something that decides these shapes (a cache object or
 ``cache_implementation``, ``pad_to_multiple_of``, a streamer, ...), where padding would change
@@ -374,131 +373,10 @@ def install_generate(registry: Registry, patches: Patches, module: types.ModuleT
     patches.set(cls, "generate", make_generate(registry, generate))
 
 
-# -- Trainer --------------------------------------------------------------------------------
-
-#: Value each padded key of a training batch gets (right padding; ids get the pad token).
-PAD_VALUES: dict[str, int | None] = {
-    "input_ids": None, "attention_mask": 0, "labels": -100, "token_type_ids": 0,
-    "position_ids": 0, "special_tokens_mask": 1,
-}
-
-
-class BucketingCollator:
-    """The user's collator, its batches right-padded to a length bucket (labels -100).
-
-    Right padding after every real token changes no loss: the causal mask keeps real
-    tokens from seeing it, the attention mask hides it, and -100 labels leave it out of the
-    loss and of ``num_items_in_batch``.
-    """
-
-    def __init__(self, inner: Callable[..., Any], registry: Registry, pad_token: int,
-                 limit: int | None) -> None:
-        self.inner = inner
-        self.registry = registry
-        self.pad_token = pad_token
-        self.limit = limit
-
-    def __getattr__(self, name: str) -> Any:  # the collator's own settings stay visible
-        return getattr(self.inner, name)
-
-    def __call__(self, features: Any) -> Any:
-        batch = self.inner(features)
-        ids = batch.get("input_ids") if hasattr(batch, "get") else None
-        if getattr(ids, "ndim", 0) != 2:
-            return batch
-        length = int(ids.shape[1])
-        sizes = buckets(self.registry, "length", self.limit)
-        target = bucket_for(length, sizes)
-        if target == length:
-            return batch
-        return self._pad(batch, length, target)
-
-    def _pad(self, batch: Any, length: int, target: int) -> Any:
-        import torch
-
-        keys = [k for k, v in batch.items()
-                if isinstance(v, torch.Tensor) and v.ndim == 2 and v.shape[1] == length]
-        unknown = [k for k in keys if k not in PAD_VALUES]
-        if unknown:
-            say_once("bucket-unknown-keys", logging.INFO,
-                     "hpu_plugin: training batches are not bucketed: the collator returns %s, "
-                     "whose padding value is unknown.", ", ".join(unknown))
-            return batch
-        for key in keys:
-            value = PAD_VALUES[key]
-            fill = self.pad_token if value is None else value
-            tensor = batch[key]
-            pad = tensor.new_full((tensor.shape[0], target - length), fill)
-            batch[key] = torch.cat([tensor, pad], dim=1)
-        return batch
-
-
-def _trainer_pad_token(trainer: Any) -> int:
-    tokenizer = getattr(trainer, "processing_class", None) or getattr(trainer, "tokenizer", None)
-    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
-    for value in (getattr(tokenizer, "pad_token_id", None),
-                  getattr(getattr(trainer.model, "config", None), "pad_token_id", None)):
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def bucket_trainer(registry: Registry, trainer: Any) -> None:
-    """Wrap the trainer's collator when its model is compiled for Gaudi and the user left
-    the padding to us."""
-    args = trainer.args
-    compiled = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
-    if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
-        return
-    collator = trainer.data_collator
-    if collator is None or isinstance(collator, BucketingCollator):
-        return
-    if getattr(collator, "pad_to_multiple_of", None) is not None:
-        return  # the user's own buckets
-    if not buckets(registry, "length", max_positions(trainer.model)):
-        return  # buckets off: the training runs as the user wrote it
-    trainer.data_collator = BucketingCollator(
-        collator, registry, _trainer_pad_token(trainer), max_positions(trainer.model)
-    )
-    for name in ("training_step", "prediction_step"):
-        step = getattr(trainer, name, None)
-        if callable(step):
-            setattr(trainer, name, _in_static_graphs(step))
-
-
-def _in_static_graphs(step: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(step)
-    def run(*args: Any, **kwargs: Any) -> Any:
-        with static_graphs():
-            return step(*args, **kwargs)
-
-    return run
-
-
-def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    cls = getattr(module, "Trainer", None)
-    original = vars(cls).get("__init__") if cls is not None else None
-    if original is None:
-        stay_out(HOST, "shape buckets", "Trainer.__init__")
-        return
-    if getattr(original, "__hpu_plugin__", False):
-        return
-
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        try:
-            bucket_trainer(registry, self)
-        except Exception as exc:  # bucketing is an optimisation: never break the Trainer
-            say_once("bucket-trainer-failed", logging.WARNING,
-                     "hpu_plugin: training batches are not bucketed: %r", exc)
-
-    __init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "__init__", __init__)
-
-
 def install(registry: Registry, patches: Patches) -> None:
     """Register the post-import hooks (only with a device ready)."""
+
+    from hpu_plugin.hosts.trainer_buckets import install_trainer
 
     def hook(adapter: Callable[..., None]) -> Callable[[types.ModuleType], None]:
         return lambda module: adapter(registry, patches, module)

@@ -56,7 +56,6 @@ def test_bucketed_generation_makes_the_same_tokens_with_few_compilations(run, mo
 def test_explicit_choices_and_the_switch_turn_bucketing_off(run):
     script = LLAMA + """
 from habana_frameworks.torch.hpu.metrics import metric_global
-model.config._attn_implementation = "eager"  # symbolic shapes: see the emulator README
 model.compile()
 gc = metric_global("graph_compilation")
 for length in (5, 70, 90, 100):

@@ -29,7 +29,10 @@ def step(t1, t2):  # the bridge's compute_single_step, compiled
     summed = t1 + t2
     return (summed * multiplied).cpu()
 
-compiled = torch.compile(step, backend="hpu_backend")
+# static graphs: the bridge's loop is lazy mode, a new graph per step (its loop count
+# grows); a compiled static graph likewise compiles one recipe per shape
+torch._dynamo.config.recompile_limit = 64  # dynamo's 8 graphs, then eager, would stop at 8
+compiled = torch.compile(step, backend="hpu_backend", dynamic=False)
 gc = metric_global("graph_compilation")
 gc.reset()
 totals, times = [], []
@@ -46,6 +49,14 @@ gc.reset()
 for _ in range(10):
     compiled(torch.rand(1, 2, 3, 4).to("hpu"), torch.rand(1, 2, 3, 4).to("hpu"))
 out["same_shape"] = dict(gc.stats())["TotalNumber"]
+# a dynamic graph (symbolic sizes): ranged recipes, as the bridge's DynamicBucketInfo
+dynamic = torch.compile(lambda a, b: (a + b) * (a * b), backend="hpu_backend", dynamic=True)
+totals = []
+with metric_localcontext("graph_compilation") as local:
+    for x in range(1, 11):
+        dynamic(torch.rand(10, 20, x).to("hpu"), torch.rand(10, 20, x).to("hpu")).cpu()
+        totals.append(dict(local.stats())["TotalNumber"])
+out["dynamic"] = totals
 if rc is not None:
     out["rc"] = {k: v for k, v in rc.stats() if k in ("TotalHit", "TotalMiss")}
 print("RESULT" + json.dumps(out))
@@ -72,7 +83,10 @@ def test_the_bridges_shape_loop_counts_one_compilation_per_shape(run):
     # the same shape ten times: the shapes above were cached; this one compiles once
     assert out["same_shape"] == 1
     assert out["recipe_cache_present"]
-    assert out["rc"] == {"TotalHit": 9, "TotalMiss": 11}
+    # x = 1 is a static graph (dynamo specializes sizes 0 and 1); from x = 2 one dynamic
+    # graph: a static recipe for 2, then at 3 a recipe for [2, 6], at 7 one for [2, 14]
+    assert out["dynamic"] == [1, 2, 3, 3, 3, 3, 4, 4, 4, 4]
+    assert out["rc"] == {"TotalHit": 9 + 6, "TotalMiss": 11 + 4}
 
 
 @pytest.mark.e2e

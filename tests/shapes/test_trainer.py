@@ -75,24 +75,59 @@ def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     assert off["wrapped"] == "function"
 
 
-@pytest.mark.e2e
-def test_a_users_pad_to_multiple_of_wins(run):
-    # one step: unbucketed compiled training with a second shape would trace symbolic
-    # shapes, which the emulator cannot (hpu_plugin/emulation/README.md)
-    script = TRAIN.replace(", PAD_ARG", "").replace("max_steps=8", "max_steps=1").replace(
-        "COLLATOR", "DataCollatorWithPadding(Tok(), pad_to_multiple_of=32)"
-    ).replace("losses = Losses()", '''losses = Losses()
+#: Batches of one row whose lengths lie far apart: unbucketed, each is a new graph shape.
+SPREAD = """
+    def __init__(self):
+        self.n = [4, 9, 19, 39, 79, 159, 319, 600] * 2
+"""
+
+TOKENIZER = '''
 class Tok:  # the least a collator needs of a tokenizer
     padding_side = "right"
     pad_token_id = 0
     model_input_names = ["input_ids", "attention_mask"]
     def pad(self, features, **kw):
         kw.pop("padding", None)
-        m = kw["pad_to_multiple_of"]
+        m = kw["pad_to_multiple_of"] or 1
         longest = -(-max(len(f["input_ids"]) for f in features) // m) * m
         out = {}
         for key, value in (("input_ids", 0), ("attention_mask", 0), ("labels", -100)):
             out[key] = torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
-        return out''')
-    out = _result(run(script))
+        return out
+'''
+
+
+def _spread(script: str) -> str:
+    head, tail = script.split("    def __init__(self):\n", 1)
+    tail = tail.split("\n", 2)[2]  # the original two-line body
+    return (head + SPREAD.lstrip("\n") + tail).replace(
+        "per_device_train_batch_size=2", "per_device_train_batch_size=1")
+
+
+@pytest.mark.e2e
+def test_a_users_pad_to_multiple_of_wins_and_recompiling_is_reported(run):
+    script = _spread(TRAIN.replace(", PAD_ARG", "").replace(
+        "COLLATOR", "DataCollatorWithPadding(Tok(), pad_to_multiple_of=8)"
+    ).replace("losses = Losses()", "losses = Losses()" + TOKENIZER))
+    output = run(script)
+    out = _result(output)
     assert out["wrapped"] == "DataCollatorWithPadding", out
+    assert len(out["losses"]) == 8  # unbucketed compiled training runs (symbolic shapes)
+    warnings = [line for line in output.splitlines() if "keeps compiling" in line]
+    assert len(warnings) == 1, output[-3000:]
+    assert "training with a compiled model" in warnings[0]
+    assert "dimension 1 of input_ids" in warnings[0]
+    assert "pad_to_multiple_of=8" in warnings[0]
+
+
+@pytest.mark.e2e
+def test_recompiling_with_buckets_off_names_the_switch(run):
+    script = _spread(TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate"))
+    output = run(script, {"HPU_PLUGIN_BUCKETS": "0"})
+    assert _result(output)["wrapped"] == "function"
+    warnings = [line for line in output.splitlines() if "keeps compiling" in line]
+    assert len(warnings) == 1, output[-3000:]
+    assert "(HPU_PLUGIN_BUCKETS=0 is set): unset HPU_PLUGIN_BUCKETS" in warnings[0]
+    # bucketed, the same lengths compile once per bucket and warn nothing
+    bucketed = run(script)
+    assert "keeps compiling" not in bucketed

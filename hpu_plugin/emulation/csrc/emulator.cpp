@@ -11,6 +11,7 @@
 #include <ATen/core/op_registration/op_registration.h>
 #include <ATen/detail/HPUHooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/resize_native.h>
@@ -997,6 +998,19 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   }
 }
 
+// scaled_dot_product_attention (a composite kernel) asks the device which fused kernel to
+// run: _fused_sdp_choice_meta redispatches straight to HPU, past the fake-tensor mode of a
+// trace. The CPU kernel's answer reads only sizes, strides and dtypes, so it is asked with
+// the tensors as they are: through the fallback it needed their bytes, which a trace with
+// symbolic sizes has not (torch.compile of attention after a dynamo recompile failed).
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa) {
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), query, key, value, attn_mask, dropout_p,
+      is_causal, scale, enable_gqa);
+}
+
 // One synchronous stream per device: a tensor has no other stream to be recorded on.
 // (DeepSpeed ZeRO-3 calls record_stream before freeing a partitioned parameter.)
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
@@ -1024,6 +1038,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("set_", TORCH_FN(hpu_emu::set_empty));
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
   m.impl("record_stream", TORCH_FN(hpu_emu::record_stream));
+  m.impl("_fused_sdp_choice", TORCH_FN(hpu_emu::fused_sdp_choice));
   // Composite kernels that pick a backend by device: on hpu they would choose
   // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
@@ -1067,6 +1082,27 @@ namespace hpu_emu {
 // CPU kernel, so HPU results equal CPU results.
 std::unique_ptr<torch::Library> g_cpu_routes;
 
+// Ops whose HPU outputs are dense and contiguous whatever the inputs' layout: PyTorch's fake
+// tensors say so for hpu (torch/_subclasses/fake_impls.py: is_noncontiguous_supported, the
+// fast binary path and the new-tensor ops), and torch.compile traces with them. The CPU
+// kernels keep a transposed input's layout; a graph then took a view that only fits the
+// traced, contiguous strides ("view size is not compatible", T5 training).
+const char* const kContiguousResults[] = {
+    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "copy", "slice_scatter",
+    "diagonal_scatter", "index_put"};
+
+void contiguous_results(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                        torch::jit::Stack* stack) {
+  fallback(op, ks, stack);
+  const auto num_returns = op.schema().returns().size();
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    c10::IValue& iv = (*stack)[i];
+    if (iv.isTensor() && iv.toTensor().defined() && !iv.toTensor().is_contiguous()) {
+      iv = iv.toTensor().contiguous();
+    }
+  }
+}
+
 int route_to_cpu_kernels() {
   if (g_cpu_routes) {
     return 0;
@@ -1075,6 +1111,20 @@ int route_to_cpu_kernels() {
       torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
   int routed = 0;
+  for (const char* name : kContiguousResults) {
+    std::string full(name);
+    auto dot = full.find('.');
+    auto op = dispatcher.findOp(c10::OperatorName(
+        "aten::" + full.substr(0, dot), dot == std::string::npos ? "" : full.substr(dot + 1)));
+    // only ops with their own CPU kernel: a backend kernel would hide a composite's autograd
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::HPU)) {
+      continue;
+    }
+    g_cpu_routes->impl(name, torch::CppFunction::makeFromBoxedFunction<&contiguous_results>());
+    ++routed;
+  }
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
       continue;

@@ -1,0 +1,316 @@
+"""Transformers ``Trainer``: batch lengths bucketed for compiled models on Gaudi, and a
+warning when compiled training keeps compiling new shapes.
+
+Each new input shape of a compiled graph is a graph compilation on Gaudi (forward and
+backward). A collator pads a batch to its longest row, so the padded length varies from batch
+to batch whatever the sampler (random, or ``group_by_length``) does; ``pad_to_multiple_of``
+only narrows it to multiples. The collator the ``Trainer`` builds its dataloaders with is
+wrapped at the end of ``Trainer.__init__``: each batch is right-padded to a length bucket,
+ids with the pad token, masks with 0 and labels with -100, so that the loss, and the token
+count ``num_items_in_batch`` that scales it, are those of the unpadded batch. The decoder
+side of a sequence-to-sequence batch (``labels``, ``decoder_*``) gets its own bucket.
+
+The user's choice wins: a collator with ``pad_to_multiple_of`` or ``padding="max_length"``
+decides its lengths; ``HPU_PLUGIN_BUCKETS=0`` (or ``_LENGTH=0``) turns bucketing off. In every
+case where the model is compiled for Gaudi the steps are watched with Gaudi's own
+``graph_compilation`` metric, and a process that keeps compiling new shapes is told once which
+dimension varies and which setting fixes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import types
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.gaudi.shapes import bucket_for
+from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.hosts.shape_buckets import (
+    DEVICE_TYPE,
+    HOST,
+    SWITCH,
+    WARN_AFTER,
+    buckets,
+    compilations,
+    is_compiled,
+    max_positions,
+    static_graphs,
+)
+from hpu_plugin.registry import Registry
+
+log = logging.getLogger("hpu_plugin")
+
+#: Value each padded key of a training batch gets (right padding; ids get the pad token).
+PAD_VALUES: dict[str, int | None] = {
+    "input_ids": None, "attention_mask": 0, "labels": -100, "token_type_ids": 0,
+    "position_ids": 0, "special_tokens_mask": 1, "decoder_input_ids": None,
+    "decoder_attention_mask": 0,
+}
+#: The keys of the decoder side of a sequence-to-sequence batch, which has its own length.
+DECODER_KEYS = ("labels", "decoder_input_ids", "decoder_attention_mask")
+#: Collator ``padding`` values that fix every batch's length (the user's shapes).
+FIXED_PADDING = ("max_length", "do_not_pad", False)
+
+
+def _user_choice(collator: Any) -> str | None:
+    """The collator setting by which the user decided the batch lengths, if any."""
+    multiple = getattr(collator, "pad_to_multiple_of", None)
+    if multiple is not None:
+        return f"pad_to_multiple_of={multiple!r}"
+    padding = getattr(collator, "padding", True)
+    padding = getattr(padding, "value", padding)  # transformers' PaddingStrategy
+    if padding in FIXED_PADDING:
+        return f"padding={padding!r}"
+    return None
+
+
+def _is_causal_lm(model: Any) -> bool:
+    """Right padding without an attention mask is safe only where attention is causal."""
+    names = [type(model).__name__, *(getattr(getattr(model, "config", None), "architectures",
+                                             None) or [])]
+    return any(name.endswith("ForCausalLM") for name in names)
+
+
+class BucketingCollator:
+    """The user's collator, its batches right-padded to length buckets (labels -100).
+
+    Right padding after every real token changes no loss: the attention mask (or the causal
+    mask of a decoder) keeps real tokens from seeing it, and -100 labels leave it out of the
+    loss and of ``num_items_in_batch``.
+    """
+
+    def __init__(self, inner: Callable[..., Any], registry: Registry, pad_token: int,
+                 limit: int | None, causal: bool) -> None:
+        self.inner = inner
+        self.registry = registry
+        self.pad_token = pad_token
+        self.limit = limit
+        self.causal = causal
+
+    def __getattr__(self, name: str) -> Any:  # the collator's own settings stay visible
+        return getattr(self.inner, name)
+
+    def __call__(self, features: Any) -> Any:
+        batch = self.inner(features)
+        ids = batch.get("input_ids") if hasattr(batch, "get") else None
+        if getattr(ids, "ndim", 0) != 2:
+            return batch
+        groups = self._groups(batch, int(ids.shape[1]))
+        if groups is None:
+            return batch
+        sizes = buckets(self.registry, "length", self.limit)
+        for length, keys in groups:
+            target = bucket_for(length, sizes)
+            if target != length:
+                self._pad(batch, keys, length, target)
+        return batch
+
+    def _groups(self, batch: Any, length: int) -> list[tuple[int, list[str]]] | None:
+        """The keys padded together: the input side, and a decoder side of its own length."""
+        import torch
+
+        sequences = {k: int(v.shape[1]) for k, v in batch.items()
+                     if isinstance(v, torch.Tensor) and v.ndim == 2}
+        inputs = [k for k, n in sequences.items() if n == length]
+        decoder = [k for k in DECODER_KEYS if k in sequences and sequences[k] != length]
+        decoder_length = sequences[decoder[0]] if decoder else None
+        decoder = [k for k in decoder if sequences[k] == decoder_length]
+        unknown = [k for k in inputs + decoder if k not in PAD_VALUES]
+        if unknown:
+            return self._refuse("the collator returns " + ", ".join(unknown) +
+                                ", whose padding value is unknown")
+        if "attention_mask" not in inputs and not self.causal:
+            return self._refuse("the batches have no attention_mask, and the model's "
+                                "attention is not known to be causal")
+        groups = [(length, inputs)]
+        if decoder_length is not None:
+            groups.append((decoder_length, decoder))
+        return groups
+
+    def _refuse(self, why: str) -> None:
+        say_once("bucket-refused", logging.INFO,
+                 "hpu_plugin: training batches are not bucketed: %s.", why)
+        return None
+
+    def _pad(self, batch: Any, keys: list[str], length: int, target: int) -> None:
+        import torch
+
+        for key in keys:
+            value = PAD_VALUES[key]
+            fill = self.pad_token if value is None else value
+            tensor = batch[key]
+            pad = tensor.new_full((tensor.shape[0], target - length), fill)
+            batch[key] = torch.cat([tensor, pad], dim=1)
+
+
+# -- the recompilation warning --------------------------------------------------------------
+
+
+def _shapes(inputs: Any) -> dict[str, tuple[int, ...]]:
+    if not hasattr(inputs, "items"):
+        return {}
+    return {k: tuple(int(n) for n in v.shape) for k, v in inputs.items()
+            if hasattr(v, "shape") and hasattr(v, "ndim") and v.ndim}
+
+
+class StepWatch:
+    """Notices compiled steps that keep compiling as an input dimension varies; warns once.
+
+    The first compiling step is the warm-up. After it, a step whose inputs differ from the
+    first step's in a dimension the ``explain`` callback does not expect (it returns the fix)
+    and that compiled (Gaudi's ``graph_compilation`` grew) counts; at ``WARN_AFTER`` such
+    steps with distinct shapes, one line names the dimension, the sizes seen and the fix.
+    """
+
+    def __init__(self, where: str, explain: Callable[[str, int, int], str | None]) -> None:
+        self.where = where
+        self.explain = explain
+        self.first: dict[str, tuple[int, ...]] | None = None
+        self.seen: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
+        self.sizes: dict[tuple[str, int], list[int]] = {}
+
+    def observe(self, before: int | None, inputs: Any) -> None:
+        after = compilations()
+        if before is None or after is None or after <= before:
+            return
+        shapes = _shapes(inputs)
+        if self.first is None:
+            self.first = shapes
+            return
+        varying = [(key, dim, shape[dim]) for key, shape in shapes.items()
+                   for dim in range(len(shape))
+                   if key in self.first and len(self.first[key]) == len(shape)
+                   and shape[dim] != self.first[key][dim]]
+        fixes = [(key, dim, size, self.explain(key, dim, size)) for key, dim, size in varying]
+        fixes = [f for f in fixes if f[3] is not None]
+        signature = tuple(sorted(shapes.items()))
+        if not fixes or signature in self.seen:
+            return
+        self.seen.add(signature)
+        key, dim, _, fix = fixes[0]
+        sizes = self.sizes.setdefault((key, dim), [self.first[key][dim]])
+        sizes.extend(s for k, d, s, _ in fixes if (k, d) == (key, dim) and s not in sizes)
+        if len(self.seen) >= WARN_AFTER:
+            say_once(
+                f"recompiling:{self.where}", logging.WARNING,
+                "hpu_plugin: %s with a compiled model keeps compiling new graphs (%d so far) as "
+                "dimension %d of %s varies (%s); %s", self.where, after, dim, key,
+                ", ".join(map(str, sizes[:6])), fix,
+            )
+
+
+def _explainer(trainer: Any, why_unbucketed: str | None,
+               sizes: tuple[int, ...]) -> Callable[[str, int, int], str | None]:
+    """What fixes a varying dimension of a training batch (None: it is a bucket)."""
+
+    def explain(key: str, dim: int, size: int) -> str | None:
+        if dim == 0:
+            if getattr(trainer.args, "dataloader_drop_last", False):
+                return "keep the batch size fixed (it is the batch dimension)."
+            return ("the last batch of an epoch is smaller: set "
+                    "TrainingArguments(dataloader_drop_last=True).")
+        if why_unbucketed is None:
+            if size in sizes:
+                return None  # a bucket's first use: expected
+            return (f"lengths above the last bucket ({sizes[-1] if sizes else 0}) are not "
+                    f"padded: add larger buckets with {SWITCH}_LENGTH.")
+        if SWITCH in why_unbucketed:
+            name = why_unbucketed.split("=")[0]
+            return f"shape buckets are off ({why_unbucketed}): unset {name} to bucket lengths."
+        if "hook" in why_unbucketed:
+            return f"{why_unbucketed}: see hpu-plugin info for the plugin that answered."
+        return (f"your collator's {why_unbucketed} decides the lengths: remove it to let "
+                "hpu-plugin pad batches to a few length buckets, or pad to a few lengths "
+                "yourself (padding='max_length').")
+
+    return explain
+
+
+def _watched(step: Callable[..., Any], watch: StepWatch, static: bool) -> Callable[..., Any]:
+    @functools.wraps(step)
+    def run(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+        before = compilations()
+        try:
+            if not static:
+                return step(model, inputs, *args, **kwargs)
+            with static_graphs():
+                return step(model, inputs, *args, **kwargs)
+        finally:
+            watch.observe(before, inputs)
+
+    run.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    return run
+
+
+# -- installing -----------------------------------------------------------------------------
+
+
+def _trainer_pad_token(trainer: Any) -> int:
+    tokenizer = getattr(trainer, "processing_class", None) or getattr(trainer, "tokenizer", None)
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    for value in (getattr(tokenizer, "pad_token_id", None),
+                  getattr(getattr(trainer.model, "config", None), "pad_token_id", None)):
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _bucket_collator(registry: Registry, trainer: Any) -> tuple[str | None, tuple[int, ...]]:
+    """Wrap the collator unless the user decided the lengths; say why not, or None."""
+    limit = max_positions(trainer.model)
+    sizes = buckets(registry, "length", limit)
+    collator = trainer.data_collator
+    if isinstance(collator, BucketingCollator):
+        return None, sizes
+    choice = _user_choice(collator) if collator is not None else "no collator"
+    if choice is not None:
+        return choice, sizes
+    if not sizes:
+        for name in (SWITCH, f"{SWITCH}_LENGTH"):
+            if os.environ.get(name, "").strip() == "0":
+                return f"{name}=0 is set", sizes
+        return "the hpu_shape_buckets hook returned no length buckets", sizes
+    trainer.data_collator = BucketingCollator(
+        collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)
+    )
+    return None, sizes
+
+
+def bucket_trainer(registry: Registry, trainer: Any) -> None:
+    """For a model compiled for Gaudi: bucket the collator's batches where the user left the
+    padding to us, and watch every step for recompilations."""
+    args = trainer.args
+    compiled = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
+    if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
+        return
+    why, sizes = _bucket_collator(registry, trainer)
+    explain = _explainer(trainer, why, sizes)
+    for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):
+        step = getattr(trainer, name, None)
+        if callable(step) and not getattr(step, "__hpu_plugin__", False):
+            setattr(trainer, name, _watched(step, StepWatch(where, explain), why is None))
+
+
+def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "Trainer", None)
+    original = vars(cls).get("__init__") if cls is not None else None
+    if original is None:
+        stay_out(HOST, "shape buckets", "Trainer.__init__")
+        return
+    if getattr(original, "__hpu_plugin__", False):
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        try:
+            bucket_trainer(registry, self)
+        except Exception as exc:  # bucketing is an optimisation: never break the Trainer
+            say_once("bucket-trainer-failed", logging.WARNING,
+                     "hpu_plugin: training batches are not bucketed: %r", exc)
+
+    __init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
+    patches.set(cls, "__init__", __init__)
