@@ -40,6 +40,7 @@ from hpu_plugin.hosts.shape_buckets import (
     static_graphs,
 )
 from hpu_plugin.registry import Registry
+from hpu_plugin.settings import OFF_WORDS
 
 log = logging.getLogger("hpu_plugin")
 
@@ -270,8 +271,9 @@ def _bucket_collator(registry: Registry, trainer: Any) -> tuple[str | None, tupl
         return choice, sizes
     if not sizes:
         for name in (SWITCH, f"{SWITCH}_LENGTH"):
-            if os.environ.get(name, "").strip() == "0":
-                return f"{name}=0 is set", sizes
+            raw = os.environ.get(name, "")
+            if raw.strip().lower() in OFF_WORDS:
+                return f"{name}={raw} is set", sizes
         return "the hpu_shape_buckets hook returned no length buckets", sizes
     trainer.data_collator = BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)
