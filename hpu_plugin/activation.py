@@ -22,9 +22,6 @@ log = logging.getLogger("hpu_plugin")
 #: nothing runs :func:`autoload`, so nothing would start the emulator.
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 
-#: One-time messages already given in this process.
-_said: set[str] = set()
-
 #: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
 state: dict[str, str] = {"status": "off", "reason": "not run"}
 
@@ -42,10 +39,10 @@ def add_standins() -> None:
         if not emulation_requested() or settings.is_on(os.environ.get("HPU_PLUGIN_DISABLE")):
             return
         if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
-            if TORCH_AUTOLOAD in _said:  # site may read a venv's .pth files twice
-                return
-            _said.add(TORCH_AUTOLOAD)
-            log.warning(
+            from hpu_plugin.reporting import say_once
+
+            say_once(  # once: site may read a venv's .pth files twice
+                TORCH_AUTOLOAD, logging.WARNING,
                 "hpu_plugin: HPU_PLUGIN_EMULATE is set but %s=%r turns off PyTorch's backend "
                 "autoload, so the Gaudi emulator does not start; unset %s (or set it to 1) "
                 "to emulate, or unset HPU_PLUGIN_EMULATE.",

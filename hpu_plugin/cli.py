@@ -40,6 +40,10 @@ def _print_info(info: dict[str, Any]) -> None:
             f"torch.compile calls by libraries at import: {info['import_time_compiles']} "
             "(backend replaced; logged at debug on the 'hpu_plugin' logger)"
         )
+    patched = info["patched"]
+    if patched["hosts"] or patched["emulator"]:
+        print(f"Patched: {len(patched['hosts'])} host attributes (reversible; --json lists "
+              f"them); emulator: {', '.join(patched['emulator']) or 'nothing'}")
     plugins = info["plugins"]
     if "error" in plugins:
         print(f"\nPlugins: {plugins['error']}")

@@ -59,6 +59,7 @@ from hpu_plugin.loader import (
     record_for,
 )
 from hpu_plugin.loader import discover as _discover
+from hpu_plugin.reporting import Once
 from hpu_plugin.switches import (
     DEFAULT_IMPORT_BUDGET,
     ENV_DISABLE,
@@ -94,7 +95,7 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.selection = selection if selection is not None else Selection.from_environ()
         self.records: dict[str, PluginRecord] = {}
-        self._reported: set[tuple[str, str]] = set()
+        self._reported = Once()  # (plugin, kind of fault): each logged once per registry
         self._available: bool | None = None
         self._lock = threading.Lock()
 
@@ -218,10 +219,8 @@ class Registry:
         A registered plugin with a fault shows as ``faulted``: it is still asked (a fault
         may depend on the input), but a listing must not call it plainly enabled.
         """
-        key = (record.name + "\0" + record.distribution, kind)
-        if key in self._reported:
+        if not self._reported.first((record.name + "\0" + record.distribution, kind)):
             return
-        self._reported.add(key)
         if ENV_DISABLE + "=" not in message:  # every report says how to turn it off
             message += f" (turn it off with {ENV_DISABLE}={disable_value(record)})"
         log.warning(

@@ -68,6 +68,17 @@ def _import_time_compiles() -> int:
     return len(getattr(adapter, "import_time_decorations", ()))
 
 
+def _patched() -> dict[str, list[str]]:
+    """What the plugin changed outside itself in this process, through ``Patches``: the
+    host adapters' attributes and the emulator's (``torch.manual_seed``, ``PATH``)."""
+    hosts = sys.modules.get("hpu_plugin.hosts")
+    runtime = sys.modules.get("hpu_plugin.emulation.runtime")
+    return {
+        "hosts": hosts.patched() if hosts is not None else [],
+        "emulator": list(runtime.patches.made) if runtime is not None else [],
+    }
+
+
 def collect_info() -> dict[str, Any]:
     activation = probe.import_torch()
     environ = probe.environ_with_defaults()
@@ -83,6 +94,7 @@ def collect_info() -> dict[str, Any]:
         "available": False,
         "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
         "import_time_compiles": _import_time_compiles(),
+        "patched": _patched(),
     }
     from hpu_plugin.registry import get_registry
 

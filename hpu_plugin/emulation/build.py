@@ -77,6 +77,8 @@ def _import_library(path: Path) -> ModuleType:
 
 
 def _ninja_on_path() -> None:
+    """``ninja`` on PATH for the build (torch's extension builder runs it by name): the
+    PyPI package's binary, prepended through the emulator's ``Patches``."""
     if shutil.which("ninja"):
         return
     try:
@@ -86,7 +88,9 @@ def _ninja_on_path() -> None:
             "the Gaudi emulator must be compiled once but ninja is not installed; "
             "fix: pip install ninja (or pip install 'hpu-plugin[emulator]')"
         ) from None
-    os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    from hpu_plugin.emulation.runtime import prepend_to_path
+
+    prepend_to_path(ninja.BIN_DIR, "ninja")
 
 
 def _check_compiler() -> None:

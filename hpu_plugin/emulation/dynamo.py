@@ -1,17 +1,14 @@
 """``hpu_backend`` for ``torch.compile``, registered when dynamo's registry is first imported.
 
 Importing torch._dynamo inside ``import torch`` would slow every program down and risks
-import cycles, so a one-shot meta-path hook adds the backend as the registry module loads
-(the real stack defers its compilers the same way). On the emulator the backend is
-``aot_eager``: Inductor has no HPU device, on hardware as here.
+import cycles, so a post-import hook (``hpu_plugin.importhook``, the one the host adapters
+use) adds the backend as the registry module loads (the real stack defers its compilers the
+same way). On the emulator the backend is ``aot_eager``: Inductor has no HPU device, on
+hardware as here.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import sys
-from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -47,43 +44,8 @@ def _register(registry: ModuleType) -> None:
         registry.register_backend(name="hpu_backend")(hpu_backend)
 
 
-class _RegistryHook(importlib.abc.MetaPathFinder):
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != REGISTRY:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None and spec.loader is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        original = loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            original(module)
-            _uninstall()
-            _register(module)
-
-        loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
-_hook = _RegistryHook()
-
-
-def _uninstall() -> None:
-    if _hook in sys.meta_path:
-        sys.meta_path.remove(_hook)
-
-
 def register_lazily() -> None:
-    registry = sys.modules.get(REGISTRY)
-    if registry is not None:
-        _register(registry)
-    elif _hook not in sys.meta_path:
-        sys.meta_path.insert(0, _hook)
+    """Add ``hpu_backend`` now if dynamo's registry is loaded, else once it has loaded."""
+    from hpu_plugin import importhook
+
+    importhook.when_imported(REGISTRY, _register, owner="emulator")

@@ -136,7 +136,9 @@ def install_shim() -> Path | None:
             tmp.replace(shim)
     except (OSError, UnicodeError):
         return None
-    os.environ["PATH"] = str(directory) + os.pathsep + os.environ.get("PATH", "")
+    from hpu_plugin.emulation.runtime import prepend_to_path
+
+    prepend_to_path(str(directory), "hl-smi")
     return directory
 
 

@@ -24,6 +24,7 @@ from hpu_plugin.emulation import runtime
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.generations import Generation, generation_from_name
 from hpu_plugin.gaudi.visibility import MAX_DEVICES
+from hpu_plugin.patching import Patches, original_of, ours
 
 _initialized = False
 _autocast_dtype = torch.bfloat16
@@ -376,17 +377,18 @@ def initial_seed() -> int:
     return int(_generator(0).initial_seed())
 
 
-_torch_manual_seed_wrapped = False
+def _wrap_torch_manual_seed(patches: Patches) -> None:
+    """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators.
 
-
-def _wrap_torch_manual_seed() -> None:
-    """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators."""
-    global _torch_manual_seed_wrapped, default_generators
+    Through ``patches`` (the emulator's), so the change is recorded and undone like the
+    host adapters'; a ``torch.manual_seed`` that is already ours is left alone.
+    """
+    global default_generators
     default_generators = (_generator(0),)
     random.default_generators = default_generators  # DeepSpeed reads it there
-    if _torch_manual_seed_wrapped:
+    original = original_of(torch, "manual_seed", "torch", "emulator seeding", "manual_seed")
+    if original is None:
         return
-    original = torch.manual_seed
 
     @functools.wraps(original)
     def seeded(seed: int) -> torch.Generator:
@@ -394,9 +396,8 @@ def _wrap_torch_manual_seed() -> None:
         manual_seed(seed)
         return result
 
-    torch.manual_seed = seeded
-    torch.random.manual_seed = seeded
-    _torch_manual_seed_wrapped = True
+    patches.set(torch, "manual_seed", ours(seeded))
+    patches.set(torch.random, "manual_seed", seeded)
 
 
 # ------------------------------------------------------------------ autocast

@@ -17,10 +17,22 @@ from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
 from hpu_plugin.gaudi.software import STANDINS as _STANDINS
 from hpu_plugin.gaudi.software import real_gaudi_installed
+from hpu_plugin.patching import Patches
 
 STANDINS = Path(_STANDINS)
 
 _state: dict[str, object] = {}
+#: What the emulator changed outside its own modules (``torch.manual_seed``, ``PATH``),
+#: recorded and undone like the host adapters' patches (``patches.made`` lists them).
+patches = Patches()
+
+
+def prepend_to_path(directory: str, why: str) -> None:
+    """Put ``directory`` first on ``PATH`` for this process and its children (they run
+    ``why``, e.g. ``hl-smi``, by name), through :data:`patches`."""
+    path = os.environ.get("PATH", "")
+    patches.set_item(os.environ, "PATH", directory + os.pathsep + path,
+                     f"os.environ['PATH'] (for {why})")
 
 
 def started() -> bool:
@@ -96,7 +108,7 @@ def start() -> None:
 
     if getattr(torch, "hpu", None) is not hpu:
         torch._register_device_module("hpu", hpu)
-    hpu._wrap_torch_manual_seed()
+    hpu._wrap_torch_manual_seed(patches)
     if str(STANDINS) not in sys.path:
         sys.path.append(str(STANDINS))
     _install_hlsmi_shim()

@@ -29,6 +29,7 @@ from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.visibility import MAX_DEVICES, MODULE_ID, MODULES
+from hpu_plugin.reporting import say_once
 
 SUPPORTED_GROUPS: Mapping[int, tuple[tuple[int, ...], ...]] = {
     2: ((0, 1), (2, 3), (4, 5), (6, 7)),
@@ -39,7 +40,6 @@ WHOLE_SERVER = frozenset(range(MAX_DEVICES))
 LAUNCH_FIX = (
     "launch one process per device (accelerate launch --num_processes, torchrun --nproc-per-node)"
 )
-_LOGGED: set[str] = set()
 
 Layout = Literal["server", "group", "arbitrary", "unknown"]
 HostModules = Sequence[int] | Mapping[int, int] | None
@@ -120,9 +120,8 @@ class JobPlacement:
     def log_warnings(self, logger: logging.Logger) -> None:
         """Log each warning once per process, however often the job is checked."""
         for warning in self.warnings:
-            if warning not in _LOGGED:
-                _LOGGED.add(warning)
-                logger.warning("hpu_plugin: %s", warning)
+            say_once(("placement", warning), logging.WARNING, "hpu_plugin: %s", warning,
+                     logger=logger)
 
 
 def _positive(variable: str, value: int, minimum: int, fix: str) -> None:

@@ -32,7 +32,7 @@ def install(registry: Registry) -> None:
         if _installed is not None:
             return
         from hpu_plugin.hosts import accelerate_adapter, torch_adapter, transformers_adapter
-        from hpu_plugin.hosts.patching import Patches, record_out, stayed_out
+        from hpu_plugin.patching import Patches, record_out, stayed_out
 
         stayed_out.clear()  # what stays out of this installation, from here on
         patches = Patches()
@@ -57,10 +57,16 @@ def installed() -> bool:
     return _installed is not None
 
 
+def patched() -> list[str]:
+    """What the installed adapters changed (``hpu-plugin info`` reports it)."""
+    made = getattr(_installed, "made", None)
+    return list(made) if made is not None else []
+
+
 def uninstall() -> None:
     """Undo every adapter and drop pending hooks (tests, and a clean ``hpu-plugin`` run)."""
     global _installed
-    from hpu_plugin.hosts import importhook, patching
+    from hpu_plugin import importhook, patching
 
     with _lock:
         importhook.remove()

@@ -17,20 +17,20 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin import importhook
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.hosts import importhook
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import (
+from hpu_plugin.patching import (
     Patches,
     cached_like,
     is_ours,
     original_of,
     ours,
     record_out,
-    say_once,
 )
 from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 
@@ -71,7 +71,7 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
 
 
 def _version() -> str:
-    from hpu_plugin.hosts.patching import host_version
+    from hpu_plugin.patching import host_version
 
     return host_version(HOST)
 

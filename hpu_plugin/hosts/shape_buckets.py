@@ -29,10 +29,11 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from hpu_plugin import importhook
 from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts import importhook
-from hpu_plugin.hosts.patching import Patches, say_once, stay_out
+from hpu_plugin.patching import Patches, stay_out
 from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 

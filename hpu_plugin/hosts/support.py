@@ -196,8 +196,7 @@ def probe_adapters() -> dict[str, Any]:
     5.x, ``transformers.cli.system`` in 4.x) are listed as absent: the adapter for the
     other release's location covers them. Never raises.
     """
-    from hpu_plugin import activation, hosts
-    from hpu_plugin.hosts import importhook, patching
+    from hpu_plugin import activation, hosts, importhook, patching
 
     absent: list[str] = []
     probed: list[str] = []
@@ -238,7 +237,7 @@ def _import(name: str, probed: list[str], absent: list[str]) -> None:
     import importlib
     import importlib.util
 
-    from hpu_plugin.hosts.patching import record_out
+    from hpu_plugin.patching import record_out
 
     top = name.split(".")[0]
     if importlib.util.find_spec(top) is None:

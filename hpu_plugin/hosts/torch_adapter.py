@@ -17,8 +17,9 @@ from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts.callers import find_caller
-from hpu_plugin.hosts.patching import Patches, original_of, ours, say_once, stay_out
+from hpu_plugin.patching import Patches, original_of, ours, stay_out
 from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import Once, say_once
 
 log = logging.getLogger("hpu_plugin")
 
@@ -37,7 +38,7 @@ def _describe(backend: object) -> str:
 import_time_decorations: list[str] = []
 
 
-def _say_replaced(requested: object, chosen: object, warned: set[object]) -> None:
+def _say_replaced(requested: object, chosen: object, warned: Once) -> None:
     """Warn once per requested backend, naming the caller's file and line; a library's own
     decoration at import time is logged at debug (the user did not write it)."""
     caller = find_caller(3)
@@ -50,10 +51,8 @@ def _say_replaced(requested: object, chosen: object, warned: set[object]) -> Non
         )
         return
     key = requested if isinstance(requested, str) or requested is None else id(requested)
-    if key in warned:
-        return
-    warned.add(key)
-    log.warning(
+    warned.say(
+        key, logging.WARNING,
         "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s. "
         "Pass backend=%r to silence this warning.",
         _describe(requested), where, _describe(chosen), chosen,
@@ -62,7 +61,7 @@ def _say_replaced(requested: object, chosen: object, warned: set[object]) -> Non
 
 def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.compile`` with the backend chosen by ``registry.compile_backend``."""
-    warned: set[object] = set()
+    warned = Once()  # requested backends warned about by this wrapper
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:

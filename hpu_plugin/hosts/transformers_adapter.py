@@ -16,21 +16,22 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin import importhook
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.hosts import importhook, transformers_gaudi_ops
+from hpu_plugin.hosts import transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.patching import (
+from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
+from hpu_plugin.patching import (
     Patches,
     cached_like,
     host_version,
     is_ours,
     original_of,
     ours,
-    say_once,
     stay_out,
 )
-from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
 from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 

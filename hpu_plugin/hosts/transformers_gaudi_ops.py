@@ -31,7 +31,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from hpu_plugin.hosts.patching import Patches, say_once
+from hpu_plugin.patching import Patches
+from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 

@@ -24,6 +24,7 @@ from typing import Any
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.generations import bitsandbytes_findings, generation_from_name
 from hpu_plugin.hookspecs import DeviceMap, hookimpl
+from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 
@@ -32,9 +33,6 @@ METHOD = "bitsandbytes"
 HPU_4BIT_QUANT_STORAGE = ("uint8", "bfloat16")
 #: ``device_map`` strings with which Accelerate spreads the model over the accelerators.
 _SPREADING_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
-
-_warned: set[str] = set()
-
 
 def _dtype_name(value: object) -> str:
     """``torch.bfloat16``, ``"torch.bfloat16"`` and ``"bfloat16"`` all become ``"bfloat16"``."""
@@ -86,9 +84,9 @@ def check(bits: int, device_name: str, options: Mapping[str, Any] | None = None)
             "leave bnb_4bit_quant_storage unset (torch.uint8) or pass torch.bfloat16",
         )
     for finding in findings:
-        if finding.severity in ("warning", "error") and finding.message not in _warned:
-            _warned.add(finding.message)
-            log.warning("hpu_plugin: %s; %s", finding.message, finding.fix)
+        if finding.severity in ("warning", "error"):
+            say_once(("bitsandbytes", finding.message), logging.WARNING, "hpu_plugin: %s; %s",
+                     finding.message, finding.fix)
 
 
 def place(method: str, device_map: DeviceMap | None, current: int) -> DeviceMap | None:

@@ -308,3 +308,33 @@ def test_hl_smi_prints_like_the_real_tool_and_is_on_path_for_children(run):
                  args=[__import__("sys").executable, "-m", "hpu_plugin.emulation.fake_hlsmi",
                        "-Q", "index,module_id", "-f", "csv,noheader"])
     assert direct.stdout == "0, 0\n1, 1\n"
+
+
+def test_the_emulators_patches_are_recorded_reversible_and_hook_through_one_finder(run):
+    """``torch.manual_seed`` (reseeds the HPU generator, as on the real stack) and ``PATH``
+    (``hl-smi`` for child processes) go through the emulator's ``Patches``; ``hpu_backend``
+    is registered through the one post-import finder the host adapters also use."""
+    out = run("""
+        import os, shutil, subprocess, sys
+        import torch
+        torch.manual_seed(7)
+        a = torch.randn(3, device="hpu")
+        torch.manual_seed(7)
+        assert torch.equal(torch.randn(3, device="hpu").cpu(), a.cpu())
+        assert torch.random.manual_seed is torch.manual_seed
+        listing = subprocess.run(["hl-smi", "-L"], capture_output=True, text=True, check=True)
+        assert "HL-225" in listing.stdout, listing.stdout
+        finders = [f for f in sys.meta_path if type(f).__module__.startswith("hpu_plugin")]
+        assert len(finders) == 1, sys.meta_path
+        compiled = torch.compile(lambda x: x + 1, backend="hpu_backend")
+        assert compiled(torch.ones(2, device="hpu")).cpu().tolist() == [2.0, 2.0]
+        from hpu_plugin.emulation import runtime
+        assert runtime.patches.made[:2] == ["torch.manual_seed", "torch.random.manual_seed"]
+        assert any("PATH" in made for made in runtime.patches.made), runtime.patches.made
+        seeded, path = torch.manual_seed, os.environ["PATH"]
+        runtime.patches.undo()
+        assert torch.manual_seed is not seeded and not hasattr(torch.manual_seed, "__hpu_plugin__")
+        assert os.environ["PATH"] != path and shutil.which("hl-smi") is None
+        print("ok")
+    """)
+    assert out.stdout.strip().endswith("ok")

@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hpu_plugin import hosts
-from hpu_plugin.hosts import patching
+from hpu_plugin import hosts, patching, reporting
 from hpu_plugin.registry import PluginRecord, Registry, Selection
 
 from .answering import AnsweringPlugin, Answers
@@ -41,7 +40,7 @@ def installed(answers: Answers) -> Iterator[Registry]:
         yield registry
     finally:
         hosts.uninstall()
-        patching._said.clear()
+        reporting.said.forget()
 
 
 @pytest.fixture(autouse=True)

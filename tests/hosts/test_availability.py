@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hpu_plugin import hosts
+from hpu_plugin import hosts, reporting
 from hpu_plugin.hosts import transformers_adapter
 
 from .answering import AnsweringPlugin
@@ -86,7 +86,6 @@ def test_a_registry_that_says_no_keeps_the_hosts_off(answers):
     from accelerate.utils import imports
     from transformers.utils import import_utils
 
-    from hpu_plugin.hosts import patching
     from hpu_plugin.registry import PluginRecord, Registry, Selection
 
     answers.available = False
@@ -101,7 +100,7 @@ def test_a_registry_that_says_no_keeps_the_hosts_off(answers):
         assert torch.compile is original_compile
     finally:
         hosts.uninstall()
-        patching._said.clear()
+        reporting.said.forget()
 
 
 @pytest.mark.parametrize(
@@ -110,9 +109,7 @@ def test_a_registry_that_says_no_keeps_the_hosts_off(answers):
      (None, True)],
 )
 def test_r3_accelerate_below_1_5_turns_transformers_hpu_off(caplog, version, allowed):
-    from hpu_plugin.hosts import patching
-
-    patching._said.clear()
+    reporting.said.forget()
     with caplog.at_level(logging.WARNING, logger="hpu_plugin"):
         assert transformers_adapter.accelerate_allows_hpu(version) is allowed
         transformers_adapter.accelerate_allows_hpu(version)
@@ -120,17 +117,18 @@ def test_r3_accelerate_below_1_5_turns_transformers_hpu_off(caplog, version, all
     assert len(hints) == (0 if allowed else 1)
     if not allowed:
         assert version in hints[0] and "accelerate>=1.5.0" in hints[0]
-    patching._said.clear()
+    reporting.said.forget()
 
 
 def test_an_adapter_that_finds_nothing_logs_one_line_and_stays_out(caplog):
     """A host release without the expected function (Transformers < 4.51, say)."""
     import types
 
-    from hpu_plugin.hosts import accelerate_adapter, patching
+    from hpu_plugin import patching
+    from hpu_plugin.hosts import accelerate_adapter
     from hpu_plugin.registry import Registry, Selection
 
-    patching._said.clear()
+    reporting.said.forget()
     patches = patching.Patches()
     empty = types.ModuleType("transformers.utils.import_utils")
     with caplog.at_level(logging.WARNING, logger="hpu_plugin"):
@@ -143,4 +141,4 @@ def test_an_adapter_that_finds_nothing_logs_one_line_and_stays_out(caplog):
     assert "accelerate" in lines[1] and "1.5.0" in lines[1]
     assert not empty.__dict__.get("is_torch_hpu_available")
     patches.undo()
-    patching._said.clear()
+    reporting.said.forget()

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from hpu_plugin.hosts import importhook
+from hpu_plugin import importhook
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_waits_for_a_module_that_is_mid_import(modules):
     try:
         write("registrar", f"""
             import sys
-            from hpu_plugin.hosts import importhook
+            from hpu_plugin import importhook
             importhook.when_imported(
                 "{package}.host", lambda m: sys.modules["hookpkg_seen"].append(m.DEFINED_LATER)
             )

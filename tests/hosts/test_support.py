@@ -17,8 +17,9 @@ from importlib import metadata
 
 import pytest
 
-from hpu_plugin.hosts import patching, support, transformers_adapter
-from hpu_plugin.hosts.patching import Patches
+from hpu_plugin import patching
+from hpu_plugin.hosts import support, transformers_adapter
+from hpu_plugin.patching import Patches
 
 # -- the classifier, on fabricated version strings ---------------------------------------------
 

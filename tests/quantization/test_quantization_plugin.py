@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 
+from hpu_plugin import reporting
 from hpu_plugin.hookspecs import Refusal, hookimpl
 from hpu_plugin.plugins import quantization
 from hpu_plugin.registry import PluginRecord, Registry, Selection
@@ -98,7 +99,7 @@ def test_4bit_settings_the_hpu_backend_cannot_run_are_refused(options, setting, 
 
 def test_fp16_compute_is_placed_with_a_warning(caplog, monkeypatch):
     """bitsandbytes' HPU kernel accepts float16 but its tests never run it on HPU: warn."""
-    monkeypatch.setattr(quantization, "_warned", set())  # each warning is logged once
+    monkeypatch.setattr(reporting, "said", reporting.Once())  # each warning is logged once
     options = {"quant_type": "nf4", "compute_dtype": torch.float16}
     with caplog.at_level("WARNING", logger="hpu_plugin"):
         assert quantization.decide("bitsandbytes", 4, None, "GAUDI2", 0, options) == {

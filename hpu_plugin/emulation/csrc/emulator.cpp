@@ -456,13 +456,18 @@ c10::DispatchKeySet keys_like(c10::DispatchKey backend, const at::Tensor& like) 
   return ks;
 }
 
-at::Tensor cpu_view_with(const at::Tensor& hpu, c10::Storage storage) {
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      std::move(storage), keys_like(c10::DispatchKey::CPU, hpu), hpu.dtype());
+// A tensor over `storage` dispatched to `key`, with `like`'s dtype, geometry and view bits.
+at::Tensor tensor_like(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto t = at::detail::make_tensor<c10::TensorImpl>(std::move(storage), keys_like(key, like),
+                                                    like.dtype());
   auto* impl = t.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(hpu.sizes(), hpu.strides(), hpu.storage_offset());
-  copy_view_bits(hpu, impl);
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  copy_view_bits(like, impl);
   return t;
+}
+
+at::Tensor cpu_view_with(const at::Tensor& hpu, c10::Storage storage) {
+  return tensor_like(std::move(storage), c10::DispatchKey::CPU, hpu);
 }
 
 at::Tensor cpu_view(const at::Tensor& hpu) {
@@ -484,49 +489,57 @@ c10::Storage adopt_storage(const c10::Storage& cpu, c10::DeviceIndex device) {
 }
 
 at::Tensor hpu_tensor_over(const c10::Storage& storage, const at::Tensor& like) {
-  auto t = at::detail::make_tensor<c10::TensorImpl>(
-      c10::Storage(storage), keys_like(c10::DispatchKey::HPU, like), like.dtype());
-  auto* impl = t.unsafeGetTensorImpl();
-  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
-  copy_view_bits(like, impl);
-  return t;
+  return tensor_like(c10::Storage(storage), c10::DispatchKey::HPU, like);
 }
 
 // ---------------------------------------------------------------- structural kernels
+
+// The allocator charges the current device: an allocation runs with it set to its target,
+// restored afterwards (also when the allocation throws).
+class OnDevice {
+ public:
+  explicit OnDevice(c10::DeviceIndex index) : saved_(t_current_device) {
+    t_current_device = index;
+  }
+  ~OnDevice() { t_current_device = saved_; }
+  OnDevice(const OnDevice&) = delete;
+  OnDevice& operator=(const OnDevice&) = delete;
+
+ private:
+  c10::DeviceIndex saved_;
+};
+
+// A factory's arguments, checked as the real stack checks them: the device and dtype.
+std::pair<c10::DeviceIndex, at::ScalarType> checked_factory_args(
+    std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+    std::optional<at::Device> device) {
+  auto index = resolve(device);
+  auto st = c10::dtype_or_default(dtype);
+  check_dtype(st);
+  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided,
+              "only strided tensors are supported on hpu");
+  return {index, st};
+}
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout,
                                std::optional<at::Device> device,
                                std::optional<bool> /*pin_memory*/,
                                std::optional<at::MemoryFormat> memory_format) {
-  auto index = resolve(device);
-  auto st = c10::dtype_or_default(dtype);
-  check_dtype(st);
-  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided,
-              "only strided tensors are supported on hpu");
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = index;
-  auto out = at::detail::empty_generic(size, &g_allocator,
-                                       c10::DispatchKeySet(c10::DispatchKey::HPU), st,
-                                       memory_format);
-  t_current_device = saved;
-  return out;
+  auto [index, st] = checked_factory_args(dtype, layout, device);
+  OnDevice on(index);
+  return at::detail::empty_generic(size, &g_allocator,
+                                   c10::DispatchKeySet(c10::DispatchKey::HPU), st,
+                                   memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> /*pin_memory*/) {
-  auto index = resolve(device);
-  auto st = c10::dtype_or_default(dtype);
-  check_dtype(st);
-  TORCH_CHECK(!layout.has_value() || *layout == at::kStrided,
-              "only strided tensors are supported on hpu");
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = index;
-  auto out = at::detail::empty_strided_generic(
+  auto [index, st] = checked_factory_args(dtype, layout, device);
+  OnDevice on(index);
+  return at::detail::empty_strided_generic(
       size, stride, &g_allocator, c10::DispatchKeySet(c10::DispatchKey::HPU), st);
-  t_current_device = saved;
-  return out;
 }
 
 at::Tensor as_cpu_operand(const at::Tensor& t) {
@@ -583,11 +596,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
-  c10::DeviceIndex saved = t_current_device;
-  t_current_device = self.device().index();
-  const at::Tensor& out = at::native::resize_(self, size, memory_format);
-  t_current_device = saved;
-  return out;
+  OnDevice on(self.device().index());
+  return at::native::resize_(self, size, memory_format);
 }
 
 // ---------------------------------------------------------------- c10d

@@ -11,15 +11,15 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.reporting import say_once
+
 log = logging.getLogger("habana_frameworks")
-_warned = False
 
 
 def _warn_once(name: str) -> None:
-    global _warned
-    if not _warned:
-        _warned = True
-        log.warning("%s has no effect in eager mode (PT_HPU_LAZY_MODE=0)", name)
+    """One warning for all step functions, as the real stack gives."""
+    say_once("habana_frameworks:eager-step", logging.WARNING,
+             "%s has no effect in eager mode (PT_HPU_LAZY_MODE=0)", name, logger=log)
 
 
 def mark_step(device_str: str = "", sync: bool = False) -> None:

@@ -6,7 +6,10 @@ Transformers may be mid-import). So an adapter cannot simply patch what is there
 registers a callback here, which runs at once for a module already fully imported, when a
 module still initialising finishes, or right after a module not yet imported executes.
 Patching the origin before the host's other modules import it means they bind the
-replacement themselves.
+replacement themselves. The emulator registers here too (``hpu_backend`` once dynamo's
+backend registry has loaded): one finder of ours on ``sys.meta_path``, whatever waits.
+Each callback has an owner (``"hosts"``, ``"emulator"``), so undoing the host adapters
+drops their callbacks and leaves the emulator's.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 log = logging.getLogger("hpu_plugin")
 
 Callback = Callable[[types.ModuleType], None]
+#: (owner, callback): who registered it, so :func:`remove` drops only that owner's.
+_Entry = tuple[str, Callback]
 
 
 def _initializing(module: types.ModuleType) -> bool:
@@ -58,8 +63,8 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
     """First on ``sys.meta_path``; does nothing for modules nobody waits for."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, list[Callback]] = {}
-        self.initializing: dict[str, list[Callback]] = {}
+        self.pending: dict[str, list[_Entry]] = {}
+        self.initializing: dict[str, list[_Entry]] = {}
         self._lock = threading.RLock()
         self._local = threading.local()
 
@@ -89,16 +94,28 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         spec.loader = _Loader(spec.loader, self, fullname)
         return spec
 
-    def when_imported(self, name: str, callback: Callback) -> None:
+    def when_imported(self, name: str, callback: Callback, owner: str) -> None:
         with self._lock:
             module = sys.modules.get(name)
             if module is None:
-                self.pending.setdefault(name, []).append(callback)
+                self.pending.setdefault(name, []).append((owner, callback))
                 return
             if _initializing(module):
-                self.initializing.setdefault(name, []).append(callback)
+                self.initializing.setdefault(name, []).append((owner, callback))
                 return
         _run(name, module, callback)
+
+    def forget(self, owner: str) -> bool:
+        """Drop ``owner``'s callbacks; whether any other owner's still wait."""
+        with self._lock:
+            for waiting in (self.pending, self.initializing):
+                for name in list(waiting):
+                    kept = [entry for entry in waiting[name] if entry[0] != owner]
+                    if kept:
+                        waiting[name] = kept
+                    else:
+                        del waiting[name]
+            return bool(self.pending or self.initializing)
 
     def poll(self) -> None:
         """Fire callbacks of modules that were mid-import and have finished since."""
@@ -108,14 +125,14 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
                 if name in sys.modules and not _initializing(sys.modules[name])
             ]
             ready = [(name, self.initializing.pop(name)) for name in done]
-        for name, callbacks in ready:
-            for callback in callbacks:
+        for name, entries in ready:
+            for _, callback in entries:
                 _run(name, sys.modules[name], callback)
 
     def fire(self, name: str, module: types.ModuleType) -> None:
         with self._lock:
-            callbacks = self.pending.pop(name, [])
-        for callback in callbacks:
+            entries = self.pending.pop(name, [])
+        for _, callback in entries:
             _run(name, module, callback)
 
 
@@ -123,7 +140,7 @@ def _run(name: str, module: types.ModuleType, callback: Callback) -> None:
     try:
         callback(module)
     except Exception as exc:  # an adapter fault must never break the host's import
-        from hpu_plugin.hosts.patching import record_out
+        from hpu_plugin.patching import record_out
 
         record_out(name.split(".")[0], f"for {name}", f"failed: {exc!r}")
         log.warning(
@@ -145,19 +162,24 @@ def finder() -> PostImportFinder:
     return _finder
 
 
-def when_imported(name: str, callback: Callback) -> None:
-    finder().when_imported(name, callback)
+def when_imported(name: str, callback: Callback, owner: str = "hosts") -> None:
+    finder().when_imported(name, callback, owner)
 
 
-def pending() -> list[str]:
-    """The modules some callback still waits for (the diagnostics import them to see)."""
-    return list(_finder.pending) if _finder is not None else []
+def pending(owner: str = "hosts") -> list[str]:
+    """The modules some callback of ``owner`` still waits for (the diagnostics import them
+    to see)."""
+    if _finder is None:
+        return []
+    return [name for name, entries in list(_finder.pending.items())
+            if any(entry[0] == owner for entry in entries)]
 
 
-def remove() -> None:
-    """Forget every pending callback and leave ``sys.meta_path`` (tests)."""
+def remove(owner: str = "hosts") -> None:
+    """Forget ``owner``'s pending callbacks (``hosts.uninstall``, tests); the finder leaves
+    ``sys.meta_path`` when no one else waits."""
     global _finder
-    if _finder is not None:
+    if _finder is not None and not _finder.forget(owner):
         if _finder in sys.meta_path:
             sys.meta_path.remove(_finder)
         _finder = None

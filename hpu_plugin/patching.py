@@ -1,4 +1,8 @@
-"""Replacing host attributes reversibly, everywhere a name was bound, and saying so once.
+"""Replacing attributes reversibly, everywhere a name was bound: every patch of the package.
+
+The host adapters and the emulator (``torch.manual_seed``, ``PATH``) both change objects they
+do not own; each change goes through a :class:`Patches`, so it is recorded (``made``) and
+undone in reverse order.
 
 Host modules bind helpers by name when they are imported (``from .utils import
 is_torch_hpu_available``), so replacing the origin alone misses every module imported
@@ -11,14 +15,13 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from importlib import metadata
 from typing import Any
 
-log = logging.getLogger("hpu_plugin")
+from hpu_plugin.reporting import say_once
 
 _MISSING = object()
-_said: set[str] = set()
 #: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
 stayed_out: dict[str, str] = {}
 
@@ -28,14 +31,6 @@ def host_version(distribution: str) -> str:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return "?"
-
-
-def say_once(key: str, level: int, message: str, *args: object) -> None:
-    """Log ``message`` the first time ``key`` is seen in this process."""
-    if key in _said:
-        return
-    _said.add(key)
-    log.log(level, message, *args)
 
 
 def record_out(host: str, adapter: str, reason: str) -> None:
@@ -98,14 +93,17 @@ def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -
 
 
 class Patches:
-    """Every replacement made, so it can be undone in reverse order."""
+    """Every replacement made, so it can be undone in reverse order, and said (``made``)."""
 
     def __init__(self) -> None:
         self._undo: list[Callable[[], None]] = []
+        #: What was changed, in order (``"torch.manual_seed"``, ``"os.environ['PATH']"``).
+        self.made: list[str] = []
 
-    def on_undo(self, undo: Callable[[], None]) -> None:
+    def on_undo(self, undo: Callable[[], None], what: str | None = None) -> None:
         """Record a change made another way than :meth:`set` (it is undone in order)."""
         self._undo.append(undo)
+        self.made.append(what or getattr(undo, "__qualname__", repr(undo)))
 
     def set(self, owner: Any, name: str, value: Any) -> None:
         old = vars(owner).get(name, _MISSING)
@@ -120,7 +118,21 @@ class Patches:
             else:
                 setattr(owner, name, old)
 
-        self._undo.append(undo)
+        self.on_undo(undo, f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
+
+    def set_item(self, mapping: MutableMapping[str, str], key: str, value: str,
+                 what: str) -> None:
+        """``mapping[key] = value`` (``os.environ``), restored on undo; ``what`` names it."""
+        old = mapping.get(key)
+        mapping[key] = value
+
+        def undo() -> None:
+            if old is None:
+                mapping.pop(key, None)
+            else:
+                mapping[key] = old
+
+        self.on_undo(undo, what)
 
     def replace_everywhere(
         self, original: Any, replacement: object, alias_scope: str | None = None
@@ -154,3 +166,4 @@ class Patches:
     def undo(self) -> None:
         while self._undo:
             self._undo.pop()()
+        self.made.clear()
