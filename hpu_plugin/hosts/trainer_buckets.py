@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts.patching import Patches, say_once, stay_out
 from hpu_plugin.hosts.shape_buckets import (
     DEVICE_TYPE,
     HOST,
@@ -39,7 +38,9 @@ from hpu_plugin.hosts.shape_buckets import (
     max_positions,
     static_graphs,
 )
+from hpu_plugin.patching import Patches, stay_out
 from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
 from hpu_plugin.settings import OFF_WORDS
 
 log = logging.getLogger("hpu_plugin")
