@@ -11,12 +11,12 @@ repository, next to the sdists, and the user's own Hub cache is never touched.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 # id -> OPT config of the stand-in (OPT is what these ids are).
 _OPT_IDS = ("peft-internal-testing/opt-125m", "facebook/opt-350m")
-_REVISION = "0" * 40  # a fixed snapshot name; refs/main points at it
 
 
 def _opt_config() -> dict[str, object]:
@@ -31,7 +31,17 @@ def _opt_config() -> dict[str, object]:
         "pad_token_id": 1,
         "bos_token_id": 2,
         "eos_token_id": 2,
+        # Weights 10x OPT's default spread, so that the logits are as peaked as a trained
+        # checkpoint's: PEFT's 8-bit merge tests compare softmax outputs with atol=1e-3 and
+        # rtol=1, which a near-uniform distribution over 256 tokens meets whatever LoRA adds.
+        "init_std": 0.2,
     }
+
+
+def _revision() -> str:
+    """The snapshot name: the config's digest, so that a changed stand-in is rebuilt."""
+    text = json.dumps(_opt_config(), sort_keys=True).encode("utf-8")
+    return hashlib.sha1(text).hexdigest()  # a cache key, not a secret
 
 
 def prepare(hf_home: Path) -> Path:
@@ -41,13 +51,13 @@ def prepare(hf_home: Path) -> Path:
     hub = hf_home / "hub"
     for model_id in _OPT_IDS:
         repo = hub / f"models--{model_id.replace('/', '--')}"
-        snapshot = repo / "snapshots" / _REVISION
+        snapshot = repo / "snapshots" / _revision()
         if (snapshot / "config.json").exists():
             continue
         set_seed(0)
         OPTForCausalLM(OPTConfig(**_opt_config())).save_pretrained(snapshot)
         (repo / "refs").mkdir(parents=True, exist_ok=True)
-        (repo / "refs" / "main").write_text(_REVISION, encoding="utf-8")
+        (repo / "refs" / "main").write_text(_revision(), encoding="utf-8")
         (snapshot / "stand_in.json").write_text(
             json.dumps({"built_by": "peer_suites.hub_stand_ins", "config": _opt_config()}),
             encoding="utf-8",

@@ -1,6 +1,7 @@
 # The hosts' own test suites on CPU and on the emulated hpu, compared test by test with
 # peer_suites/expectations.json (docs/peer-suites.md): Accelerate's ten core files, PEFT's
-# QLoRA accelerator tests and Transformers' common mixins on Llama. Its own venv, because
+# QLoRA accelerator tests and a LoRA slice of its custom-model tests, and Transformers'
+# common mixins on Llama. Its own venv, because
 # the suites need test-only packages (torchdata, datasets, diffusers, ...). The sdists are
 # fetched with pip into ~/.cache/hpu_plugin/peer, never into the repository. The larger
 # run (all three Transformers architectures, more Accelerate files) is
