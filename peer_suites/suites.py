@@ -98,6 +98,8 @@ SUITES: dict[str, Suite] = {
         distribution="accelerate",
         ci=_ACCELERATE_CORE,
         full=_ACCELERATE_CORE + _ACCELERATE_MORE,
+        # test_infer_auto_device_map_on_t0pp reads bigscience/T0pp's config (no weights).
+        hub_stand_ins=True,
     ),
     "peft": Suite(
         name="peft",
@@ -111,8 +113,8 @@ SUITES: dict[str, Suite] = {
     "transformers": Suite(
         name="transformers",
         distribution="transformers",
-        # CI: Llama (ModelTesterMixin, generation, training) fits the budget; full: all three.
-        ci=[str(_TRANSFORMERS / "test_llama.py")],
+        # CI and full: Llama, Qwen2 and BERT (ModelTesterMixin, generation, training).
+        ci=[str(_TRANSFORMERS)],
         full=[str(_TRANSFORMERS)],
         hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
         own_tests=True,
