@@ -35,18 +35,40 @@ _ACCELERATE_MORE = [
     "tests/test_metrics.py",
 ]
 
-# PEFT: its accelerator tests (tests/test_common_gpu.py, class-level @require_non_cpu) for
-# LoRA and AdaLoRA/RandLoRA with bitsandbytes 4-bit and 8-bit: QLoRA is what PEFT users run
-# on Gaudi. PEFT's other tests pick their device with peft.utils.infer_device, which has no
-# hpu branch, so they run on CPU in both runs and prove nothing about hpu. The checkpoints
-# these tests load are tiny stand-ins (peer_suites/hub_stand_ins.py): the runs are offline.
-_PEFT = ["tests/test_common_gpu.py"]
-# Left out: the two mixed-adapter-batch tests (they need the real checkpoint's tokenizer) and
-# test_lora_bnb_quantization_from_pretrained_safetensors (it loads a LoRA adapter from the Hub).
+# PEFT: (1) its accelerator tests (tests/test_common_gpu.py, class-level @require_non_cpu) for
+# LoRA and AdaLoRA/RandLoRA with bitsandbytes 4-bit and 8-bit: QLoRA is what PEFT users run on
+# Gaudi; the checkpoints they load are tiny offline stand-ins (peer_suites/hub_stand_ins.py).
+# (2) A LoRA slice of tests/test_custom_models.py (LoRA and DoRA on each layer type: forward,
+# merge, save/load, training, disabling adapters), run on the accelerator by
+# peer_suites/peft_tests.py: PEFT's testers pick their device with peft.utils.infer_device,
+# which has no hpu branch. Its models are built in the test file: nothing is downloaded.
+_PEFT = ["tests/test_common_gpu.py", "tests/test_custom_models.py"]
+# Left out of (1): the two mixed-adapter-batch tests (they need the real checkpoint's
+# tokenizer) and test_lora_bnb_quantization_from_pretrained_safetensors (it loads a LoRA
+# adapter from the Hub). peft_tests.py narrows TestPeftCustomModel to its slice.
 _PEFT_SELECTION = (
-    "lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
-    " and not mixed_adapter_batches and not test_lora_bnb_quantization_from_pretrained"
+    "(lora and (4bit or 8bit or bnb) and not dora and not multi_gpu"
+    " and not mixed_adapter_batches and not test_lora_bnb_quantization_from_pretrained)"
+    " or TestPeftCustomModel"
 )
+# PEFT 0.21.2's pytest settings make every FutureWarning from transformers an error
+# (pyproject.toml:67), and PEFT calls two Transformers methods that 5.24 deprecates with a
+# FutureWarning (src/transformers/modeling_utils.py:3204, 3308-3316): PeftModel.__init__ reads
+# model.is_gradient_checkpointing (src/peft/peft_model.py:184) and
+# prepare_model_for_kbit_training calls gradient_checkpointing_enable. get_peft_model on any
+# Transformers model then fails, on CPU as on any device. 0.21.2 is the newest PEFT release.
+# These two messages are ignored (a -W filter wins over the ini's); every other warning keeps
+# PEFT's own rule.
+_PEFT_ARGS = [
+    "-p",
+    "peer_suites.peft_tests",
+    "-W",
+    "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning",
+    "-W",
+    "ignore:`gradient_checkpointing_enable` is deprecated:FutureWarning",
+    "-k",
+    _PEFT_SELECTION,
+]
 
 _TRANSFORMERS = HERE / "transformers_testers"
 
@@ -76,21 +98,23 @@ SUITES: dict[str, Suite] = {
         distribution="accelerate",
         ci=_ACCELERATE_CORE,
         full=_ACCELERATE_CORE + _ACCELERATE_MORE,
+        # test_infer_auto_device_map_on_t0pp reads bigscience/T0pp's config (no weights).
+        hub_stand_ins=True,
     ),
     "peft": Suite(
         name="peft",
         distribution="peft",
         ci=_PEFT,
         full=_PEFT,
-        ci_args=["-k", _PEFT_SELECTION],
-        full_args=["-k", _PEFT_SELECTION],
+        ci_args=_PEFT_ARGS,
+        full_args=_PEFT_ARGS,
         hub_stand_ins=True,
     ),
     "transformers": Suite(
         name="transformers",
         distribution="transformers",
-        # CI: Llama (ModelTesterMixin, generation, training) fits the budget; full: all three.
-        ci=[str(_TRANSFORMERS / "test_llama.py")],
+        # CI and full: Llama, Qwen2 and BERT (ModelTesterMixin, generation, training).
+        ci=[str(_TRANSFORMERS)],
         full=[str(_TRANSFORMERS)],
         hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
         own_tests=True,

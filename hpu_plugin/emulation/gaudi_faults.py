@@ -6,6 +6,11 @@ Only faults with a public source are modelled:
   synStatus 26 [Generic failure]"): Transformers' ``is_torch_hpu_available`` (4.53 on)
   works around it with that comment, and its Gaudi patch tracker (huggingface/transformers
   issue 39175, observed on Gaudi3) lists it. ``take_along_dim`` reaches the same kernel.
+- ``masked_fill_`` of an int64 tensor fails on first-generation Gaudi ("synNodeCreateWithId
+  failed for node: masked_fill_fwd_i64 with synStatus 26 [Generic failure]"): Transformers
+  4.51 to 4.53 work around it on Gaudi1 only, quoting that message in
+  ``is_torch_hpu_available``, and issue 39175 lists it as "only on Gaudi1". ``masked_fill``
+  reaches the same kernel.
 
 The refusal is a kernel for the HPU dispatch key that calls the kernel registered before it
 (the emulator's fallback) for every other input; CPU ops never see it.
@@ -26,6 +31,29 @@ GATHER_INT64 = (
     "Graph compile failed with synStatus 26 [Generic failure] (gather of an int64 input on "
     "Gaudi; fix: gather an int32 copy and cast back, as Transformers' HPU support does)"
 )
+
+
+MASKED_FILL_INT64 = (
+    "synNodeCreateWithId failed for node: masked_fill_fwd_i64 with synStatus 26 [Generic "
+    "failure] (masked_fill_ of an int64 tensor on first-generation Gaudi; fix: "
+    "tensor[mask] = value, as Transformers 4.51-4.53 do on Gaudi1)"
+)
+
+
+def _refusing_int64_masked_fill(original: Any) -> Any:
+    def masked_fill_(keyset: Any, self: torch.Tensor, mask: torch.Tensor,
+                     value: Any) -> torch.Tensor:
+        if self.dtype == torch.int64:
+            raise RuntimeError(MASKED_FILL_INT64)
+        return original.call_boxed(keyset, self, mask, value)
+
+    return masked_fill_
+
+
+def _first_generation() -> bool:
+    from hpu_plugin.emulation import runtime
+
+    return runtime.current_config().generation == "gaudi"
 
 
 def _refusing_int64_gather(original: Any) -> Any:
@@ -52,6 +80,10 @@ def register() -> bool:
             warnings.simplefilter("ignore", UserWarning)
             library.impl("gather", _refusing_int64_gather(get_kernel("aten::gather", "HPU")),
                          "HPU", with_keyset=True)
+            if _first_generation():
+                for op in ("masked_fill_.Scalar", "masked_fill_.Tensor"):
+                    kernel = _refusing_int64_masked_fill(get_kernel(f"aten::{op}", "HPU"))
+                    library.impl(op, kernel, "HPU", with_keyset=True)
         _library = library
         return True
 

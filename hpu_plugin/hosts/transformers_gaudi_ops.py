@@ -11,8 +11,10 @@ original's side effects on Gaudi must happen here instead. What the original doe
   when its result has NaN ("barely" positive-definite inputs; Transformers issue 39175).
 - 4.53: only ``Tensor.gather`` of an int64 input is rerouted (through advanced indexing).
   The plugin applies the 4.54 form there too: same values for int32-range data.
-- 4.51 to 4.53, first-generation Gaudi only: ``Tensor.masked_fill_`` of an int64 tensor
-  becomes ``self[mask] = value``. Not kept by the plugin yet.
+- 4.51 to 4.53, first-generation Gaudi only (``htexp._get_device_type()`` is
+  ``synDeviceGaudi``): ``Tensor.masked_fill_`` of an int64 tensor becomes
+  ``self[mask] = value`` (Gaudi1 fails to create the node "masked_fill_fwd_i64" with
+  synStatus 26). Kept here for those releases on that generation, for both overloads.
 - ``torch.compile`` defaulting to ``hpu_backend`` is the compile plugin's.
 
 Transformers wraps the Python functions, which would put a Python frame on every CPU
@@ -37,7 +39,7 @@ from hpu_plugin.reporting import say_once
 log = logging.getLogger("hpu_plugin")
 
 #: The first Transformers release whose availability check works around an op on Gaudi.
-SINCE = (4, 53)
+SINCE = (4, 51)
 CHOLESKY_JITTER = 1e-9
 
 _lock = threading.Lock()
@@ -81,6 +83,18 @@ def _cholesky_ex(original: Any) -> Callable[..., Any]:
     return linalg_cholesky_ex
 
 
+def _masked_fill_(original: Any) -> Callable[..., Any]:
+    import torch
+
+    def masked_fill_(keyset: Any, self: Any, mask: Any, value: Any) -> Any:
+        if self.dtype == torch.int64:
+            self[mask] = value  # index_put_: the HPU key is below autograd here already
+            return self
+        return original.call_boxed(keyset, self, mask, value)
+
+    return masked_fill_
+
+
 #: aten op (with overload) -> (first Transformers release doing it, the workaround around
 #: the kernel registered before it).
 WORKAROUNDS: dict[str, tuple[tuple[int, int], Callable[[Any], Callable[..., Any]]]] = {
@@ -89,6 +103,34 @@ WORKAROUNDS: dict[str, tuple[tuple[int, int], Callable[[Any], Callable[..., Any]
     "scatter.reduce": ((4, 54), _scatter),
     "linalg_cholesky_ex": ((4, 54), _cholesky_ex),
 }
+
+#: aten op -> (first release, first release without it, workaround): first-generation Gaudi
+#: only, as Transformers decides with ``htexp._get_device_type()``.
+GAUDI1_WORKAROUNDS: dict[
+    str, tuple[tuple[int, int], tuple[int, int], Callable[[Any], Callable[..., Any]]]
+] = {
+    "masked_fill_.Scalar": ((4, 51), (4, 54), _masked_fill_),
+    "masked_fill_.Tensor": ((4, 51), (4, 54), _masked_fill_),
+}
+
+
+def _first_generation() -> bool:
+    """Whether this is first-generation Gaudi, asked where Transformers asks."""
+    try:
+        import habana_frameworks.torch.utils.experimental as htexp
+    except ImportError:  # no Gaudi software: Transformers would not get this far either
+        return False
+    return bool(htexp._get_device_type() == htexp.synDeviceType.synDeviceGaudi)
+
+
+def _chosen(release: tuple[int, ...]) -> dict[str, Callable[[Any], Callable[..., Any]]]:
+    """The workarounds Transformers ``release``'s availability check makes on this device."""
+    chosen = {op: make for op, (since, make) in WORKAROUNDS.items() if release >= since}
+    gaudi1 = {op: make for op, (since, until, make) in GAUDI1_WORKAROUNDS.items()
+              if since <= release < until}
+    if gaudi1 and _first_generation():
+        chosen.update(gaudi1)
+    return chosen
 
 
 def installed() -> bool:
@@ -124,9 +166,7 @@ def install(patches: Patches, transformers_release: tuple[int, ...]) -> bool:
         library = torch.library.Library("aten", "IMPL")
         with warnings.catch_warnings():  # "Overriding a previously registered kernel"
             warnings.simplefilter("ignore", UserWarning)
-            for op, (since, workaround) in WORKAROUNDS.items():
-                if transformers_release < since:
-                    continue
+            for op, workaround in _chosen(transformers_release).items():
                 kernel = workaround(get_kernel(f"aten::{op}", "HPU"))
                 library.impl(op, kernel, "HPU", with_keyset=True)
         _library = library
