@@ -5,12 +5,14 @@ Loaded with ``-p peer_suites.peft_tests`` into both PEFT runs (CPU and hpu).
 Device. PEFT's tester classes (``PeftCommonTester`` and the classes of
 ``tests/test_custom_models.py``) take their device from ``peft.utils.infer_device()``, which
 in PEFT 0.21.2 knows cuda, mps, mlu, xpu and npu but not hpu (``src/peft/utils/other.py``
-lines 144-155): on Gaudi those tests would run on CPU and prove nothing about the device.
-PEFT's ``tests/testing_utils.py`` already names the accelerator another way, with
-Accelerate's ``get_backend()`` (``hpu`` on Gaudi). This plugin gives the tester classes that
-device: ``hpu`` in the hpu run, ``cpu`` in the CPU run (where both agree). It is a switch of
-the test harness, like Transformers' ``TRANSFORMERS_TEST_DEVICE``; PEFT's library code,
-including ``infer_device()`` itself, is left as it is.
+lines 144-155). The plugin's PEFT adapter (``hpu_plugin/hosts/peft_adapter.py``) makes it
+answer ``hpu`` on Gaudi, so in the hpu run the testers are already on hpu. Should the
+adapter stay out (a PEFT release it was not tested on), the tests would run on CPU and
+prove nothing about the device; this plugin then gives the tester classes the device PEFT's
+``tests/testing_utils.py`` names for the accelerator (Accelerate's ``get_backend()``,
+``hpu`` on Gaudi). It is a switch of the test harness, like Transformers'
+``TRANSFORMERS_TEST_DEVICE``; when ``infer_device()`` and ``get_backend()`` agree it changes
+nothing.
 
 Selection. ``tests/test_custom_models.py`` has about 19 500 tests (every tuner times every
 tiny model). The slice kept is plain LoRA and DoRA on each layer type PEFT's LoRA wraps

@@ -39,9 +39,10 @@ _ACCELERATE_MORE = [
 # LoRA and AdaLoRA/RandLoRA with bitsandbytes 4-bit and 8-bit: QLoRA is what PEFT users run on
 # Gaudi; the checkpoints they load are tiny offline stand-ins (peer_suites/hub_stand_ins.py).
 # (2) A LoRA slice of tests/test_custom_models.py (LoRA and DoRA on each layer type: forward,
-# merge, save/load, training, disabling adapters), run on the accelerator by
-# peer_suites/peft_tests.py: PEFT's testers pick their device with peft.utils.infer_device,
-# which has no hpu branch. Its models are built in the test file: nothing is downloaded.
+# merge, save/load, training, disabling adapters), run on the accelerator: PEFT's testers
+# pick their device with peft.utils.infer_device, hpu on Gaudi through the plugin's PEFT
+# adapter (peer_suites/peft_tests.py is the harness's fallback). Its models are built in the
+# test file: nothing is downloaded.
 _PEFT = ["tests/test_common_gpu.py", "tests/test_custom_models.py"]
 # Left out of (1): the two mixed-adapter-batch tests (they need the real checkpoint's
 # tokenizer) and test_lora_bnb_quantization_from_pretrained_safetensors (it loads a LoRA

@@ -1,9 +1,9 @@
-"""Host adapters: make torch, Transformers and Accelerate ask the registry.
+"""Host adapters: make torch, Transformers, Accelerate and PEFT ask the registry.
 
 Each adapter finds one host's decision points and routes them through
 ``hpu_plugin.registry``; it never calls a plugin directly. Adapters are version-guarded:
 one that cannot find what it expects logs one line naming the host and version and stays
-out. Transformers and Accelerate adapters are post-import hooks (``importhook``), since
+out. Transformers, Accelerate and PEFT adapters are post-import hooks (``importhook``), since
 activation runs inside ``import torch``, possibly half-way through a host's own import.
 """
 
@@ -31,7 +31,12 @@ def install(registry: Registry) -> None:
     with _lock:
         if _installed is not None:
             return
-        from hpu_plugin.hosts import accelerate_adapter, torch_adapter, transformers_adapter
+        from hpu_plugin.hosts import (
+            accelerate_adapter,
+            peft_adapter,
+            torch_adapter,
+            transformers_adapter,
+        )
         from hpu_plugin.patching import Patches, record_out, stayed_out
 
         stayed_out.clear()  # what stays out of this installation, from here on
@@ -46,6 +51,7 @@ def install(registry: Registry) -> None:
                 shape_buckets.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
+            peft_adapter.install(registry, patches, available)
         except Exception as exc:  # activation must never break `import torch`
             log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
             record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from hpu_plugin.gaudi.findings import Finding
 
 HOSTS = ("torch", "transformers", "accelerate")
+#: The libraries whose adapters ``probe_adapters`` imports: the hosts and PEFT.
+PROBED = (*HOSTS, "peft")
 
 TESTED = "tested"
 UNTESTED = "in range, untested"
@@ -65,6 +67,12 @@ MATRIX: tuple[MatrixEntry, ...] = (
         "the newest releases; the whole suite runs on them",
     ),
 )
+
+#: PEFT releases the PEFT adapter (``peft_adapter``: ``infer_device`` names hpu) was read and
+#: tested on: requirements/test.txt and requirements/peer.txt pin the last one. PEFT is not
+#: a host of the matrix (it runs on the newest entry's Transformers and Accelerate); on any
+#: other release the adapter stays out and says so.
+PEFT_TESTED = ("0.21.2",)
 
 #: Below these, the hosts have no HPU code at all: the adapters stay out of them.
 HPU_CODE_SINCE = {"transformers": "4.51", "accelerate": "1.5.0"}
@@ -209,7 +217,7 @@ def probe_adapters() -> dict[str, Any]:
         while True:
             names = [
                 name for name in importhook.pending()
-                if name.split(".")[0] in HOSTS and name not in probed and name not in absent
+                if name.split(".")[0] in PROBED and name not in probed and name not in absent
             ]
             if not names:
                 break
