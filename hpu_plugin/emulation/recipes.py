@@ -119,6 +119,48 @@ def _graph_key(graph: torch.fx.GraphModule) -> str:
     return hashlib.sha1(graph.code.encode()).hexdigest()[:16]
 
 
+def _makes_new_tensor(target: Any) -> bool:
+    """An aten op that returns fresh tensors (no view or in-place alias of an input)."""
+    schema = getattr(target, "_schema", None)
+    return schema is not None and not schema.is_mutable and all(
+        ret.alias_info is None for ret in schema.returns)
+
+
+def _traced_contiguous(value: Any) -> bool:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    try:
+        return isinstance(value, torch.Tensor) and bool(guard_or_false(value.is_contiguous()))
+    except Exception:  # a value the trace cannot answer for: keep the kernel's layout
+        return False
+
+
+def _as_traced(graph: torch.fx.GraphModule) -> None:
+    """Give results the contiguous layout the trace gave them.
+
+    PyTorch's fake tensors take many hpu results as dense and contiguous (its fast paths,
+    which symbolic sizes use, and ``is_noncontiguous_supported`` in fake_impls.py), where
+    the CPU kernels keep an input's transposed layout. The emulator runs a graph op by op
+    on CPU kernels, so a later ``view`` in the graph that fits only the traced strides would
+    fail; the bridge compiles the whole graph and never shows such a difference. Only where
+    the trace said contiguous: a result the trace kept transposed (static traces run the
+    meta kernels, which keep layouts) is left as the kernel makes it.
+    """
+    changed = False
+    for node in list(graph.graph.nodes):
+        if node.op != "call_function" or not _makes_new_tensor(node.target):
+            continue
+        if not _traced_contiguous(node.meta.get("val")):
+            continue
+        with graph.graph.inserting_after(node):
+            dense = graph.graph.call_method("contiguous", (node,))
+        node.replace_all_uses_with(dense, delete_user_cb=lambda user, d=dense: user is not d)
+        dense.meta["val"] = node.meta.get("val")
+        changed = True
+    if changed:
+        graph.recompile()
+
+
 def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
     """Wrap an AOT-autograd compiler (forward or backward) so that every run of what it
     compiled goes through the recipe cache."""
@@ -126,6 +168,7 @@ def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
     def compile_graph(graph: torch.fx.GraphModule, example_inputs: Any) -> Callable[..., Any]:
         graph_key = _graph_key(graph)
         dynamic = any(_is_symbolic(value) for value in example_inputs)
+        _as_traced(graph)
         compiled = compiler(graph, example_inputs)
         boxed = getattr(compiled, "_boxed_call", False)
 

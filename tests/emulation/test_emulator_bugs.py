@@ -218,9 +218,7 @@ for n in (3, 5, 9):
     got = attend(q.to("hpu"), k.to("hpu")).cpu()
     print("sdpa", n, "equal" if torch.allclose(got, want, atol=1e-6) else "DIFFERENT")
 
-# a transposed operand: hpu outputs are contiguous, as the traced (fake) strides say
-x = torch.randn(2, 58, 4, 8).to("hpu").transpose(1, 2)
-print("mul contiguous", (x * 2.0).is_contiguous(), (x + x).is_contiguous())
+# a transposed operand: a compiled graph's results have the layout its trace gave them
 heads = torch.compile(lambda t: (t.transpose(1, 2) * 1.0).view(8, 58, 8), backend="hpu_backend")
 t = torch.randn(2, 58, 4, 8)
 print("view", torch.equal(heads(t.to("hpu")).cpu(), (t.transpose(1, 2) * 1.0).reshape(8, 58, 8)))
@@ -230,4 +228,4 @@ print("view", torch.equal(heads(t.to("hpu")).cpu(), (t.transpose(1, 2) * 1.0).re
 def test_compiled_attention_with_symbolic_sizes_and_transposed_operands(run):
     lines = run(TRACING).stdout.strip().splitlines()
     assert lines == ["sdpa 3 equal", "sdpa 5 equal", "sdpa 9 equal",
-                     "mul contiguous True True", "view True"], lines
+                     "view True"], lines

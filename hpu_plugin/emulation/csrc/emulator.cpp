@@ -1092,27 +1092,6 @@ namespace hpu_emu {
 // CPU kernel, so HPU results equal CPU results.
 std::unique_ptr<torch::Library> g_cpu_routes;
 
-// Ops whose HPU outputs are dense and contiguous whatever the inputs' layout: PyTorch's fake
-// tensors say so for hpu (torch/_subclasses/fake_impls.py: is_noncontiguous_supported, the
-// fast binary path and the new-tensor ops), and torch.compile traces with them. The CPU
-// kernels keep a transposed input's layout; a graph then took a view that only fits the
-// traced, contiguous strides ("view size is not compatible", T5 training).
-const char* const kContiguousResults[] = {
-    "add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "copy", "slice_scatter",
-    "diagonal_scatter", "index_put"};
-
-void contiguous_results(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
-                        torch::jit::Stack* stack) {
-  fallback(op, ks, stack);
-  const auto num_returns = op.schema().returns().size();
-  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
-    c10::IValue& iv = (*stack)[i];
-    if (iv.isTensor() && iv.toTensor().defined() && !iv.toTensor().is_contiguous()) {
-      iv = iv.toTensor().contiguous();
-    }
-  }
-}
-
 int route_to_cpu_kernels() {
   if (g_cpu_routes) {
     return 0;
@@ -1121,20 +1100,6 @@ int route_to_cpu_kernels() {
       torch::Library::IMPL, "aten", c10::DispatchKey::HPU, __FILE__, __LINE__);
   auto& dispatcher = c10::Dispatcher::singleton();
   int routed = 0;
-  for (const char* name : kContiguousResults) {
-    std::string full(name);
-    auto dot = full.find('.');
-    auto op = dispatcher.findOp(c10::OperatorName(
-        "aten::" + full.substr(0, dot), dot == std::string::npos ? "" : full.substr(dot + 1)));
-    // only ops with their own CPU kernel: a backend kernel would hide a composite's autograd
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::HPU)) {
-      continue;
-    }
-    g_cpu_routes->impl(name, torch::CppFunction::makeFromBoxedFunction<&contiguous_results>());
-    ++routed;
-  }
   for (const auto& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind("aten::", 0) != 0) {
       continue;
