@@ -20,6 +20,16 @@ from processes import scrubbed
 HERE = Path(__file__).parent
 TIMEOUT = 600
 
+#: For scripts that compare an op's result on hpu with Gaudi's compile fault (synStatus 26,
+#: which the emulator models): the result as a list, or which error it raised.
+OUTCOME = """
+def outcome(fn):
+    try:
+        return repr(fn().cpu().tolist())
+    except RuntimeError as exc:
+        return "synStatus26" if "synStatus 26" in str(exc) else "error"
+"""
+
 
 @dataclass
 class Result:

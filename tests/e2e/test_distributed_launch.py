@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +68,17 @@ def test_accelerate_launch_starts_one_process_per_device(tmp_path):
         assert rank["equal"] == "True"  # DDP kept the parameters equal across ranks
 
 
+def _torchrun_two(script: Path, env: dict[str, str]):
+    """Run ``script`` under torchrun with two processes; the result and each rank's line
+    (asserting both ranks reported)."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", str(script)]
+    result = run("", env, argv=argv, cwd=script.parent)
+    ranks = _ranks(result.stdout)
+    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    return result, ranks
+
+
 def test_a_launcher_naming_hpu_without_an_index_trains(tmp_path):
     """Ray Train sets ACCELERATE_TORCH_DEVICE=hpu (no index) in each worker; Accelerate's
     DDP branch for HPU then passed device_ids=[None], which DDP refuses. Each process must
@@ -74,12 +86,8 @@ def test_a_launcher_naming_hpu_without_an_index_trains(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(ACCELERATE_TRAIN + "print(f'index={accelerator.device.index} "
                       "current={torch.hpu.current_device()}')\n")
-    env = emulated_env(tmp_path, devices=2, ACCELERATE_TORCH_DEVICE="hpu")
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node", "2", str(script)]
-    result = run("", env, argv=argv, cwd=tmp_path)
-    ranks = _ranks(result.stdout)
-    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    result, ranks = _torchrun_two(script, emulated_env(tmp_path, devices=2,
+                                                     ACCELERATE_TORCH_DEVICE="hpu"))
     for rank in ranks:
         assert rank["type"].endswith("MULTI_HPU")
         assert rank["backend"] == "hccl"
@@ -127,12 +135,7 @@ print(f"rank={dist.get_rank()} n={dist.get_world_size()} backend={dist.get_backe
 def test_ddp_backend_hccl_under_torchrun(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(f"OUT = {str(tmp_path / 'out')!r}\n" + TORCHRUN_TRAIN)
-    env = emulated_env(tmp_path, devices=2)
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc_per_node", "2", str(script)]
-    result = run("", env, argv=argv, cwd=tmp_path)
-    ranks = _ranks(result.stdout)
-    assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
+    _, ranks = _torchrun_two(script, emulated_env(tmp_path, devices=2))
     for rank in ranks:
         assert rank["backend"] == "hccl"
         assert rank["device"] == "hpu"

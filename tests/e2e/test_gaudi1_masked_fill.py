@@ -13,19 +13,12 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import emulated_env, run
+from .conftest import OUTCOME, emulated_env, run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("emulator")]
 
-SCRIPT = """
+SCRIPT = OUTCOME + """
 import torch
-
-
-def outcome(fn):
-    try:
-        return repr(fn().cpu().tolist())
-    except RuntimeError as exc:
-        return "synStatus26" if "synStatus 26" in str(exc) else "error"
 
 
 x = torch.arange(6) * 5
