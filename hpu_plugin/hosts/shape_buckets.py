@@ -31,7 +31,7 @@ from typing import Any
 
 from hpu_plugin import importhook
 from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.patching import Patches, stay_out
+from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -337,8 +337,7 @@ def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[
             watch.observe(before, size, _fix(why, "prompt lengths"))
         return result
 
-    generate.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return generate
+    return ours(generate)
 
 
 def make_prepare_cache(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -354,8 +353,7 @@ def make_prepare_cache(original: Callable[..., Any]) -> Callable[..., Any]:
         bound.arguments["max_cache_length"] = max(length, bound.arguments["max_cache_length"])
         return original(*bound.args, **bound.kwargs)
 
-    prepare_cache.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return prepare_cache
+    return ours(prepare_cache)
 
 
 def install_generate(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -368,7 +366,7 @@ def install_generate(registry: Registry, patches: Patches, module: types.ModuleT
     if "max_cache_length" not in inspect.signature(prepare).parameters:
         stay_out(HOST, "shape buckets", "max_cache_length in _prepare_cache_for_generation")
         return
-    if getattr(generate, "__hpu_plugin__", False):
+    if is_ours(generate):
         return
     patches.set(cls, "_prepare_cache_for_generation", make_prepare_cache(prepare))
     patches.set(cls, "generate", make_generate(registry, generate))

@@ -38,7 +38,7 @@ from hpu_plugin.hosts.shape_buckets import (
     max_positions,
     static_graphs,
 )
-from hpu_plugin.patching import Patches, stay_out
+from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 from hpu_plugin.settings import OFF_WORDS
@@ -243,8 +243,7 @@ def _watched(step: Callable[..., Any], watch: StepWatch, static: bool) -> Callab
         finally:
             watch.observe(before, inputs)
 
-    run.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    return run
+    return ours(run)
 
 
 # -- installing -----------------------------------------------------------------------------
@@ -293,17 +292,14 @@ def bucket_trainer(registry: Registry, trainer: Any) -> None:
     explain = _explainer(trainer, why, sizes)
     for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):
         step = getattr(trainer, name, None)
-        if callable(step) and not getattr(step, "__hpu_plugin__", False):
+        if callable(step) and not is_ours(step):
             setattr(trainer, name, _watched(step, StepWatch(where, explain), why is None))
 
 
 def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     cls = getattr(module, "Trainer", None)
-    original = vars(cls).get("__init__") if cls is not None else None
+    original = original_of(cls, "__init__", HOST, "shape buckets", "Trainer.__init__", own=True)
     if original is None:
-        stay_out(HOST, "shape buckets", "Trainer.__init__")
-        return
-    if getattr(original, "__hpu_plugin__", False):
         return
 
     @functools.wraps(original)
@@ -315,5 +311,4 @@ def install_trainer(registry: Registry, patches: Patches, module: types.ModuleTy
             say_once("bucket-trainer-failed", logging.WARNING,
                      "hpu_plugin: training batches are not bucketed: %r", exc)
 
-    __init__.__hpu_plugin__ = True  # type: ignore[attr-defined]
-    patches.set(cls, "__init__", __init__)
+    patches.set(cls, "__init__", ours(__init__))
