@@ -58,6 +58,11 @@ class SettingError(ValueError):
         super().__init__(f"{variable}={value!r} is not usable; accepted: {accepted}; "
                          f"fix: {self.fix}")
 
+    def __reduce__(self) -> tuple[type[SettingError], tuple[str, str, str, str]]:
+        """Pickle by the constructor's arguments, so the error survives the trip to another
+        process (Ray, multiprocessing) that ``cls(message)`` would not."""
+        return type(self), (self.variable, self.value, self.accepted, self.fix)
+
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:
     """An on/off switch: one of :data:`ON_WORDS` or :data:`OFF_WORDS` (any case, spaces

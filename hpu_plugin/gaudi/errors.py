@@ -30,6 +30,12 @@ class GaudiConfigError(Refusal):
             text += f": {problem}"
         super().__init__(f"{text}. Supported: {supported}. Fix: {fix}")
 
+    def __reduce__(self) -> tuple[type[GaudiConfigError], tuple[object, ...]]:
+        """Pickle by the constructor's arguments: Ray, multiprocessing and DeepSpeed's
+        launchers carry a worker's exception to another process this way, and the default
+        (``cls(*args)`` with the one formatted message) cannot rebuild it."""
+        return type(self), (self.variable, self.value, self.supported, self.fix, self.problem)
+
     @classmethod
     def from_setting(cls, error: SettingError) -> GaudiConfigError:
         """The settings parser's refusal of a value, as a Gaudi rule's refusal (which a
