@@ -1,9 +1,11 @@
 """Ray Train as a Gaudi user runs it: ``TorchTrainer`` with one HPU per worker and hccl,
 whose train loop is an unchanged Transformers ``Trainer`` on a tiny model built from a config.
 
-``python ray_trainer_job.py OUT`` runs it with Ray; every worker writes what it ran on, its
-losses and a checksum of its parameters to ``OUT/rank<N>.json``. ``torchrun ... OUT
---torchrun`` runs the same train loop without Ray, as the reference.
+``python ray_trainer_job.py OUT`` runs it with Ray on a one-node cluster it starts;
+``... OUT --address HOST:PORT --workers N`` on a running cluster (``ray start`` on each
+node), N workers. Every worker writes what it ran on, its losses and a checksum of its
+parameters to ``OUT/rank<N>.json``. ``torchrun ... OUT --torchrun`` runs the same train
+loop without Ray, as the reference.
 """
 
 import json
@@ -64,8 +66,15 @@ def train_loop(config=None):
             "device": str(args.device), "param_device": next(model.parameters()).device.type,
             "visible": os.environ.get("HABANA_VISIBLE_MODULES"),
             "module": os.environ.get("HLS_MODULE_ID"), "local_rank": os.environ.get("LOCAL_RANK"),
+            "local_world": os.environ.get("LOCAL_WORLD_SIZE"),
+            "node_rank": os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK"),
+            "server": os.environ.get("HPU_PLUGIN_EMULATE_MODULES", "0,1"),
             "losses": losses.seen, "checksum": float(flat.double().sum()),
         }, f)
+
+
+def option(name: str, default: str | None = None) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
 def with_ray() -> None:
@@ -76,16 +85,27 @@ def with_ray() -> None:
     start = time.monotonic()
     # A one-machine cluster sized for the 2-core CI machine: no dashboard, a small object
     # store (nothing large goes through it). The workers ask for {"HPU": 1} and no CPU.
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024)
-    hpus = ray.cluster_resources().get("HPU", 0)
-    print(f"ray found HPU: {hpus:g}", flush=True)
-    if hpus < 2:
+    # With --address the cluster is already up, one `ray start` a node.
+    address = option("--address")
+    if address:
+        ray.init(address=address)
+    else:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=80 * 1024 * 1024)
+    workers = int(option("--workers", "2"))
+    deadline = time.monotonic() + 60  # nodes joining a running cluster may still register
+    while (hpus := ray.cluster_resources().get("HPU", 0)) < workers and address:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    nodes = sorted(n["Resources"].get("HPU", 0) for n in ray.nodes() if n["Alive"])
+    print(f"ray found HPU: {hpus:g} on {len(nodes)} node(s): {nodes}", flush=True)
+    if hpus < workers:
         # Ray Train would wait for the placement group, time out after
         # RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S and retry without end.
-        sys.exit(f"Ray found {hpus:g} HPU(s); the job needs 2")
+        sys.exit(f"Ray found {hpus:g} HPU(s); the job needs {workers}")
     trainer = TorchTrainer(
         train_loop,
-        scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"HPU": 1}),
+        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"HPU": 1}),
         torch_config=TorchConfig(backend="hccl"),
         run_config=RunConfig(storage_path=os.path.join(OUT, "ray_results"), name="job"),
     )

@@ -6,17 +6,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import run
 
-from .conftest import HERE, emulated_env, free_port, result
+from .conftest import HERE, emulated_env, finish, free_port, result, torchrun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -75,8 +82,9 @@ def run_bounded(argv: list[str], env: dict[str, str], cwd, timeout: int = 480) -
 
 
 def trained(out_dir) -> list[dict]:
-    """What each worker of ray_trainer_job.py wrote after training."""
-    return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    """What each worker of ray_trainer_job.py wrote after training, in rank order."""
+    ranks = [json.loads(p.read_text()) for p in out_dir.glob("rank*.json")]
+    return sorted(ranks, key=lambda r: r["rank"])
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +140,169 @@ def test_torch_trainer_trains_as_the_same_loop_under_torchrun(ray_fit, tmp_path)
     code, reference_output = run_bounded(argv, emulated_env(tmp_path, devices=2), tmp_path)
     assert code == 0, reference_output[-6000:]
     reference = trained(out)
+    assert {r["backend"] for r in reference} == {"hccl"}
+    assert ranks[0]["losses"] == pytest.approx(reference[0]["losses"], rel=1e-6)
+    assert ranks[0]["checksum"] == pytest.approx(reference[0]["checksum"], rel=1e-6)
+
+
+# --- Two Ray nodes -----------------------------------------------------------------------
+# A cluster as a platform team builds one: `ray start --head` on one server, `ray start
+# --address` on the other, each node's Ray started inside that server's environment. Here
+# both are emulated servers of 2 devices on this machine: node 0 has modules 0,1; node 1 is
+# a pod that Kubernetes' Gaudi device plugin gave modules 4,5 (HABANA_VISIBLE_MODULES=4,5).
+# Ray Train tells nodes apart by IP (local ranks, NODE_RANK), so each node gets its own
+# loopback address, as two servers have their own addresses.
+
+NODE_IPS = ("127.0.0.1", "127.0.0.2")
+NODE_1 = {"HPU_PLUGIN_EMULATE_MODULES": "4,5", "HABANA_VISIBLE_MODULES": "4,5"}
+
+
+def _ray_start(args: list[str], env: dict[str, str], cwd) -> subprocess.Popen[str]:
+    """One node's ``ray start ... --block``, in its own session so that ending it ends the
+    node's raylet and workers with it."""
+    ray = str(Path(sys.executable).parent / "ray")
+    return subprocess.Popen([ray, "start", *args, "--block", "--disable-usage-stats"],
+                            env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[str], seconds: float = 90) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"ray start --head ended with {process.returncode}")
+        with socket.socket() as s:
+            if s.connect_ex((NODE_IPS[0], port)) == 0:
+                return
+        time.sleep(0.5)
+    pytest.fail(f"Ray's head did not listen on port {port} within {seconds:g} s")
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextmanager
+def ray_cluster(tmp_path, node1: dict[str, str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """Two Ray nodes on two emulated servers; yields the head's address and the driver's
+    environment. Token authentication (Ray's default for ``ray start``) with a token of
+    this cluster's own, so nothing is read from or written to ``~/.ray``."""
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # socket paths must fit 107 bytes
+    common = {"RAY_TMPDIR": ray_tmp, "RAY_AUTH_MODE": "token",
+              "RAY_AUTH_TOKEN": secrets.token_hex(32), "HPU_PLUGIN_PREFLIGHT_TIMEOUT": "120",
+              "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "120"}
+    port = free_port()
+    folders = [tmp_path / "node0", tmp_path / "node1"]
+    for folder in folders:
+        folder.mkdir()
+    sized = ["--num-cpus", "1", "--object-store-memory", str(80 * 1024 * 1024)]
+    head = _ray_start(["--head", "--port", str(port), "--node-ip-address", NODE_IPS[0],
+                       "--include-dashboard", "false", "--temp-dir", ray_tmp, *sized],
+                      emulated_env(folders[0], devices=2, **common), folders[0])
+    nodes = [head]
+    try:
+        _wait_for_port(port, head)
+        nodes.append(_ray_start(
+            ["--address", f"{NODE_IPS[0]}:{port}", "--node-ip-address", NODE_IPS[1], *sized],
+            emulated_env(folders[1], devices=2, **common, **node1), folders[1]))
+        yield f"{NODE_IPS[0]}:{port}", emulated_env(tmp_path, devices=2, **common)
+    finally:
+        for node in reversed(nodes):
+            _stop(node)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def fit_on_two_nodes(tmp_path, node1: dict[str, str]) -> tuple[int, str, list[dict]]:
+    """``TorchTrainer.fit()`` of ray_trainer_job.py, 4 workers of one HPU each, on a
+    two-node cluster whose node 1 runs in ``node1``'s environment."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with ray_cluster(tmp_path, node1) as (address, env):
+        code, output = run_bounded(
+            [sys.executable, str(HERE / "ray_trainer_job.py"), str(out), "--address", address,
+             "--workers", "4"], env, tmp_path)
+    (tmp_path / "driver.log").write_text(output)  # the whole output, for a failure's reader
+    return code, output, trained(out) if code == 0 else []
+
+
+@pytest.fixture(scope="module")
+def two_node_fit(tmp_path_factory) -> tuple[int, str, list[dict]]:
+    return fit_on_two_nodes(tmp_path_factory.mktemp("ray_two_nodes"), NODE_1)
+
+
+def test_torch_trainer_spans_two_ray_nodes_each_on_its_own_server(two_node_fit):
+    """Ray counts each node's emulated HPUs; Ray Train places 2 workers a node, one module
+    each, local ranks per node; hccl across the nodes keeps the 4 replicas equal."""
+    code, output, ranks = two_node_fit
+    assert code == 0, output[-6000:]
+    assert "ray found HPU: 4 on 2 node(s): [2.0, 2.0]" in output
+    assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
+    assert {r["backend"] for r in ranks} == {"hccl"}
+    assert {r["world"] for r in ranks} == {4}
+    assert {(r["param_device"], r["device"]) for r in ranks} == {("hpu", "hpu:0")}
+    nodes: dict[str, list[dict]] = {}
+    for r in ranks:  # Ray numbers the nodes (NODE_RANK) in its own order
+        nodes.setdefault(r["node_rank"], []).append(r)
+    assert sorted(nodes) == ["0", "1"]
+    servers = []
+    for members in nodes.values():
+        (server,) = {m["server"] for m in members}  # a node's workers run on its server
+        servers.append(server)
+        # Ray's placement: one module each, from the node's own; local ranks per node
+        assert sorted(m["visible"] for m in members) == server.split(",")
+        assert sorted((m["local_rank"], m["local_world"]) for m in members) == [
+            ("0", "2"), ("1", "2")]
+    assert sorted(servers) == ["0,1", "4,5"]
+    assert len({json.dumps(r["losses"]) for r in ranks}) == 1
+    assert len({r["checksum"] for r in ranks}) == 1  # DDP kept every replica equal
+
+
+def test_a_ray_node_that_differs_stops_the_fit_naming_it(tmp_path):
+    """Node 1's server runs with int64 support off: the pre-flight check stops every worker
+    before the first collective, and ``fit()`` ends with the message, not a hang."""
+    start = time.monotonic()
+    code, output, _ = fit_on_two_nodes(tmp_path, {**NODE_1, "PT_ENABLE_INT64_SUPPORT": "0"})
+    assert code != 0
+    # Ray chooses which node is node rank 0, so either server may be the reference
+    found = re.search(r"PreflightError: PT_ENABLE_INT64_SUPPORT='([01])': node '[^']+' "
+                      r"\(node rank 1\), rank 2 differs from rank 0\. Supported: the same value "
+                      r"on every rank; node '[^']+' \(node rank 0\), rank 0 has '([01])'", output)
+    assert found and found[1] != found[2], output[-6000:]
+    assert "Fix: set PT_ENABLE_INT64_SUPPORT to the same value on every node" in output
+    assert "Failed to deserialize exception" not in output  # the refusal crossed whole
+    assert "fit done" not in output
+    assert time.monotonic() - start < 300
+
+
+@pytest.mark.engines_full
+def test_two_ray_nodes_train_as_the_same_loop_under_torchrun_on_two_nodes(two_node_fit, tmp_path):
+    """The 4-worker Ray Train run gives the losses and parameters of the same Trainer loop
+    started by ``torchrun --nnodes 2`` on the same two emulated servers."""
+    code, output, ranks = two_node_fit
+    assert code == 0, output[-6000:]
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    procs = []
+    for rank, extra in enumerate(({"HABANA_VISIBLE_MODULES": "0,1"}, NODE_1)):
+        folder = tmp_path / f"node{rank}"
+        folder.mkdir()
+        procs.append(torchrun(folder, "ray_trainer_job.py", str(out), "--torchrun", nnodes=2,
+                              node_rank=rank, port=port,
+                              env=emulated_env(folder, devices=2, **extra)))
+    for code, node_output in [finish(p) for p in procs]:
+        assert code == 0, node_output[-6000:]
+    reference = trained(out)
+    assert [r["node_rank"] for r in reference] == ["0", "0", "1", "1"]
     assert {r["backend"] for r in reference} == {"hccl"}
     assert ranks[0]["losses"] == pytest.approx(reference[0]["losses"], rel=1e-6)
     assert ranks[0]["checksum"] == pytest.approx(reference[0]["checksum"], rel=1e-6)
