@@ -157,25 +157,27 @@ NODE_IPS = ("127.0.0.1", "127.0.0.2")
 NODE_1 = {"HPU_PLUGIN_EMULATE_MODULES": "4,5", "HABANA_VISIBLE_MODULES": "4,5"}
 
 
-def _ray_start(args: list[str], env: dict[str, str], cwd) -> subprocess.Popen[str]:
+def _ray_start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     """One node's ``ray start ... --block``, in its own session so that ending it ends the
-    node's raylet and workers with it."""
+    node's raylet and workers with it; what it prints goes to ``cwd/ray_start.log``."""
     ray = str(Path(sys.executable).parent / "ray")
-    return subprocess.Popen([ray, "start", *args, "--block", "--disable-usage-stats"],
-                            env=env, cwd=cwd, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT, start_new_session=True)
+    with open(cwd / "ray_start.log", "w") as log:
+        return subprocess.Popen([ray, "start", *args, "--block", "--disable-usage-stats"],
+                                env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
-def _wait_for_port(port: int, process: subprocess.Popen[str], seconds: float = 90) -> None:
+def _wait_for_head(port: int, head: subprocess.Popen[str], log: Path, seconds: float = 90) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"ray start --head ended with {process.returncode}")
+        if head.poll() is not None:
+            pytest.fail(f"ray start --head ended ({head.returncode}):\n{log.read_text()[-4000:]}")
         with socket.socket() as s:
             if s.connect_ex((NODE_IPS[0], port)) == 0:
                 return
         time.sleep(0.5)
-    pytest.fail(f"Ray's head did not listen on port {port} within {seconds:g} s")
+    pytest.fail(f"Ray's head did not listen on port {port} within {seconds:g} s:\n"
+                f"{log.read_text()[-4000:]}")
 
 
 def _stop(process: subprocess.Popen[str]) -> None:
@@ -210,7 +212,7 @@ def ray_cluster(tmp_path, node1: dict[str, str]) -> Iterator[tuple[str, dict[str
                       emulated_env(folders[0], devices=2, **common), folders[0])
     nodes = [head]
     try:
-        _wait_for_port(port, head)
+        _wait_for_head(port, head, folders[0] / "ray_start.log")
         nodes.append(_ray_start(
             ["--address", f"{NODE_IPS[0]}:{port}", "--node-ip-address", NODE_IPS[1], *sized],
             emulated_env(folders[1], devices=2, **common, **node1), folders[1]))
