@@ -12,6 +12,7 @@ Depends on nothing else in the package (it runs in ``hpu_plugin.pth`` and inside
 
 from __future__ import annotations
 
+import copyreg
 import re
 
 #: Words that turn a switch on or off, in any case. The one home of these sets: the
@@ -58,10 +59,10 @@ class SettingError(ValueError):
         super().__init__(f"{variable}={value!r} is not usable; accepted: {accepted}; "
                          f"fix: {self.fix}")
 
-    def __reduce__(self) -> tuple[type[SettingError], tuple[str, str, str, str]]:
-        """Pickle by the constructor's arguments, so the error survives the trip to another
-        process (Ray, multiprocessing) that ``cls(message)`` would not."""
-        return type(self), (self.variable, self.value, self.accepted, self.fix)
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle without calling ``__init__`` again, so the error survives the trip to
+        another process (Ray, multiprocessing) that ``cls(message)`` would not."""
+        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
 
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:

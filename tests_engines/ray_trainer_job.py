@@ -68,7 +68,7 @@ def train_loop(config=None):
             "module": os.environ.get("HLS_MODULE_ID"), "local_rank": os.environ.get("LOCAL_RANK"),
             "local_world": os.environ.get("LOCAL_WORLD_SIZE"),
             "node_rank": os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK"),
-            "server": os.environ.get("HPU_PLUGIN_EMULATE_MODULES", "0,1"),
+            "server": os.environ.get("HPU_PLUGIN_EMULATE_MODULES"),
             "losses": losses.seen, "checksum": float(flat.double().sum()),
         }, f)
 
@@ -109,7 +109,11 @@ def with_ray() -> None:
         torch_config=TorchConfig(backend="hccl"),
         run_config=RunConfig(storage_path=os.path.join(OUT, "ray_results"), name="job"),
     )
-    result = trainer.fit()
+    try:
+        result = trainer.fit()
+    except Exception as exc:  # what a user's driver sees: its type, then Ray's cause chain
+        print(f"fit raised {type(exc).__name__}", flush=True)
+        raise
     print(f"fit done in {time.monotonic() - start:.1f} s, error={result.error!r}", flush=True)
     ray.shutdown()
 

@@ -9,6 +9,8 @@ a ``ValueError`` for callers that know nothing of hooks.
 
 from __future__ import annotations
 
+import copyreg
+
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.settings import SettingError
@@ -30,11 +32,12 @@ class GaudiConfigError(Refusal):
             text += f": {problem}"
         super().__init__(f"{text}. Supported: {supported}. Fix: {fix}")
 
-    def __reduce__(self) -> tuple[type[GaudiConfigError], tuple[object, ...]]:
-        """Pickle by the constructor's arguments: Ray, multiprocessing and DeepSpeed's
-        launchers carry a worker's exception to another process this way, and the default
-        (``cls(*args)`` with the one formatted message) cannot rebuild it."""
-        return type(self), (self.variable, self.value, self.supported, self.fix, self.problem)
+    def __reduce__(self) -> tuple[object, ...]:
+        """Pickle without calling ``__init__`` again: Ray, multiprocessing and launchers
+        carry a worker's exception to another process this way, and the default
+        (``cls(*args)`` with the one formatted message) cannot rebuild it. Every field and
+        note travels in ``__dict__``."""
+        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
 
     @classmethod
     def from_setting(cls, error: SettingError) -> GaudiConfigError:

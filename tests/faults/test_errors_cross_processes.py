@@ -37,9 +37,11 @@ def test_the_gaudi_rules_error_types_are_all_checked():
 def test_a_gaudi_refusal_survives_pickle_with_its_fields(cls):
     error = cls("PT_ENABLE_INT64_SUPPORT", "0", "the same value on every rank", "set it alike",
                 problem="node 'b' (node rank 1), rank 2 differs from rank 0")
+    error.add_note("raised by rank 2")
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is cls
     assert str(back) == str(error)
+    assert back.__notes__ == ["raised by rank 2"]
     assert (back.variable, back.value, back.supported, back.fix, back.problem) == (
         error.variable, error.value, error.supported, error.fix, error.problem)
 
