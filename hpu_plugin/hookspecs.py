@@ -34,6 +34,8 @@ from typing import Any
 
 import pluggy
 
+from hpu_plugin.settings import PortableError
+
 PROJECT = "hpu_plugin"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -45,12 +47,13 @@ CompileBackend = str | Callable[..., Any]
 DeviceMap = str | dict[str, Any]
 
 
-class Refusal(ValueError):
+class Refusal(PortableError, ValueError):
     """Raised by a hook to refuse a request that cannot work on the device.
 
     Unlike any other exception, which the registry treats as a plugin fault (reported,
     skipped), a refusal reaches the user before work starts. Its message must name the
-    input at fault and the fix.
+    input at fault and the fix. It pickles with its fields whatever its ``__init__``
+    takes, so a refusal raised in a Ray or multiprocessing worker reaches the driver whole.
     """
 
 

@@ -46,7 +46,21 @@ _DECIMAL = r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+"
 _SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)"
 
 
-class SettingError(ValueError):
+class PortableError(Exception):
+    """An error that reaches another process whole.
+
+    Ray, multiprocessing and launchers carry a worker's exception across by pickle, which
+    by default rebuilds it as ``cls(*args)``: for an error whose ``__init__`` takes fields
+    and formats one message, that call fails ("Failed to deserialize exception" in Ray; a
+    ``multiprocessing`` pool waits for ever). This rebuilds without a second ``__init__``
+    and restores every field and note from ``__dict__``, for any subclass's signature.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
+
+
+class SettingError(PortableError, ValueError):
     """An environment variable holds a value the plugin cannot use.
 
     ``variable``, ``value`` and ``accepted`` are kept for diagnostics (``hpu-plugin
@@ -58,11 +72,6 @@ class SettingError(ValueError):
         self.fix = fix or f"set {variable} to {accepted}, or unset it"
         super().__init__(f"{variable}={value!r} is not usable; accepted: {accepted}; "
                          f"fix: {self.fix}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        """Pickle without calling ``__init__`` again, so the error survives the trip to
-        another process (Ray, multiprocessing) that ``cls(message)`` would not."""
-        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
 
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:

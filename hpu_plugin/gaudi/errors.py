@@ -9,8 +9,6 @@ a ``ValueError`` for callers that know nothing of hooks.
 
 from __future__ import annotations
 
-import copyreg
-
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.settings import SettingError
@@ -31,13 +29,6 @@ class GaudiConfigError(Refusal):
         if problem:
             text += f": {problem}"
         super().__init__(f"{text}. Supported: {supported}. Fix: {fix}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        """Pickle without calling ``__init__`` again: Ray, multiprocessing and launchers
-        carry a worker's exception to another process this way, and the default
-        (``cls(*args)`` with the one formatted message) cannot rebuild it. Every field and
-        note travels in ``__dict__``."""
-        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
 
     @classmethod
     def from_setting(cls, error: SettingError) -> GaudiConfigError:

@@ -12,6 +12,7 @@ import pytest
 
 from hpu_plugin.gaudi import environment, modes, preflight, selection, visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.settings import SettingError
 
 MODULES = (environment, modes, preflight, selection, visibility)  # where the subclasses live
@@ -52,6 +53,21 @@ def test_a_setting_error_survives_pickle_with_its_fields():
     assert type(back) is SettingError and str(back) == str(error)
     assert (back.variable, back.value, back.accepted, back.fix) == (
         error.variable, error.value, error.accepted, error.fix)
+
+
+class ThirdPartyRefusal(Refusal):
+    """A plugin's own refusal, with a signature of its own (keyword-only fields)."""
+
+    def __init__(self, *, device_map: str, limit: int) -> None:
+        self.device_map, self.limit = device_map, limit
+        super().__init__(f"device_map={device_map!r} needs more than {limit} GiB; fix: ...")
+
+
+def test_any_refusal_survives_pickle_whatever_its_init_takes():
+    error = ThirdPartyRefusal(device_map="auto", limit=96)
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is ThirdPartyRefusal and str(back) == str(error)
+    assert (back.device_map, back.limit) == ("auto", 96)
 
 
 def _refuse(_: int) -> None:
