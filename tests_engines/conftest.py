@@ -42,18 +42,38 @@ def torchrun(tmp_path: Path, script: str, *args: str, nnodes: int = 1, node_rank
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def accelerate_launch(folder: Path, script: str, *, num_machines: int, machine_rank: int,
-                      port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+def accelerate_launch(folder: Path, script: str, *args: str, num_machines: int,
+                      machine_rank: int, port: int, env: dict[str, str]) -> subprocess.Popen[str]:
     """Start one node's ``accelerate launch`` of a script in this folder, 2 processes a node,
     as a user types it on each machine (no config file: ``HF_HOME`` is the node's folder)."""
     accelerate = str(Path(sys.executable).parent / "accelerate")
     argv = [accelerate, "launch", "--num_machines", str(num_machines),
             "--machine_rank", str(machine_rank), "--num_processes", str(2 * num_machines),
             "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
-            str(HERE / script)]
+            str(HERE / script), *args]
     env = {**env, "PATH": str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")}
     return subprocess.Popen(argv, env=env, cwd=folder, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def two_nodes(tmp_path: Path, node0: dict[str, str], node1: dict[str, str], *args: str,
+              script: str = "two_node_job.py", timeout: str = "60",
+              launcher: str = "torchrun") -> list[tuple[int, str]]:
+    """One launcher a node of ``script`` (with ``args``), each node its own emulated server
+    of 2 devices in ``tmp_path/node<N>``; each node's exit code and output."""
+    port = free_port()
+    procs = []
+    for rank, extra in enumerate((node0, node1)):
+        folder = tmp_path / f"node{rank}"
+        folder.mkdir()
+        env = emulated_env(folder, devices=2, HPU_PLUGIN_PREFLIGHT_TIMEOUT=timeout, **extra)
+        if launcher == "accelerate":
+            procs.append(accelerate_launch(folder, script, *args, num_machines=2,
+                                           machine_rank=rank, port=port, env=env))
+        else:
+            procs.append(torchrun(folder, script, *args, nnodes=2, node_rank=rank, port=port,
+                                  env=env))
+    return [finish(p) for p in procs]
 
 
 def finish(proc: subprocess.Popen[str], timeout: int = 600) -> tuple[int, str]:

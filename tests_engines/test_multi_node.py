@@ -8,27 +8,9 @@ import time
 
 import pytest
 
-from .conftest import accelerate_launch, emulated_env, finish, free_port, torchrun
+from .conftest import two_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
-
-
-def two_nodes(tmp_path, node0: dict[str, str], node1: dict[str, str], timeout: str = "60",
-              launcher: str = "torchrun"):
-    """One launcher a node, each node its own emulated server of 2 devices."""
-    port = free_port()
-    procs = []
-    for rank, extra in enumerate((node0, node1)):
-        folder = tmp_path / f"node{rank}"
-        folder.mkdir()
-        env = emulated_env(folder, devices=2, HPU_PLUGIN_PREFLIGHT_TIMEOUT=timeout, **extra)
-        if launcher == "accelerate":
-            procs.append(accelerate_launch(folder, "two_node_job.py", num_machines=2,
-                                           machine_rank=rank, port=port, env=env))
-        else:
-            procs.append(torchrun(folder, "two_node_job.py", nnodes=2, node_rank=rank,
-                                  port=port, env=env))
-    return [finish(p) for p in procs]
 
 
 def reports(output: str) -> list[dict]:

@@ -23,7 +23,7 @@ import pytest
 
 from tests.e2e.conftest import run
 
-from .conftest import HERE, emulated_env, finish, free_port, result, torchrun
+from .conftest import HERE, emulated_env, free_port, result, two_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -317,15 +317,9 @@ def test_two_ray_nodes_train_as_the_same_loop_under_torchrun_on_two_nodes(two_no
     assert code == 0, output[-6000:]
     out = tmp_path / "out"
     out.mkdir()
-    port = free_port()
-    procs = []
-    for rank, extra in enumerate(({**NODE_0, "HABANA_VISIBLE_MODULES": "0,1"}, NODE_1)):
-        folder = tmp_path / f"node{rank}"
-        folder.mkdir()
-        procs.append(torchrun(folder, "ray_trainer_job.py", str(out), "--torchrun", nnodes=2,
-                              node_rank=rank, port=port,
-                              env=emulated_env(folder, devices=2, **extra)))
-    for code, node_output in [finish(p) for p in procs]:
+    nodes = two_nodes(tmp_path, {**NODE_0, "HABANA_VISIBLE_MODULES": "0,1"}, NODE_1, str(out),
+                      "--torchrun", script="ray_trainer_job.py")
+    for code, node_output in nodes:
         assert code == 0, node_output[-6000:]
     reference = trained(out)
     assert [r["node_rank"] for r in reference] == ["0", "0", "1", "1"]
