@@ -20,7 +20,8 @@ import math
 import torch
 import torch.nn.functional as F
 import habana_frameworks.torch.hpex.experimental.transformer_engine as te
-from habana_frameworks.torch.hpex.experimental.transformer_engine.recipe import DelayedScaling, Format
+from habana_frameworks.torch.hpex.experimental.transformer_engine.recipe import (
+    DelayedScaling, Format)
 
 print("available", te.fp8.is_fp8_available())
 E4M3_MAX = 240.0 if torch.hpu.get_device_name() == "GAUDI2" else 448.0
