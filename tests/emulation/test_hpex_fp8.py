@@ -1,5 +1,6 @@
 """fp8 on the emulated Gaudi: the bridge's float8 casts and GEMM, and the Transformer Engine
-stand-in (``hpex.experimental.transformer_engine``) as a user trains with it, against a CPU
+stand-in (``hpex.experimental.transformer_engine``, ``intel_transformer_engine``) as a user
+and Accelerate's ``mixed_precision="fp8"`` train with it, against a CPU
 reference built from torch's float8 dtypes; refused on first-generation Gaudi as the Gaudi
 Transformer Engine refuses.
 
@@ -75,6 +76,26 @@ print("outside autocast equal", torch.equal(plain, F.linear(xs[0], weight, bias)
 big = torch.tensor([1000.0, 300.0, -300.0, 1.0], device="hpu")
 casted, amax = torch.ops.hpu.cast_to_fp8_v2(big, None, False, True, torch.float8_e4m3fn)
 print("saturates at", casted.float().cpu().tolist(), "amax", amax.item())
+
+# Accelerate's fp8 (Transformer Engine backend), which imports intel_transformer_engine on HPU
+from accelerate import Accelerator
+from accelerate.utils import TERecipeKwargs
+acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[TERecipeKwargs()])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+x = torch.randn(8, 32, device=acc.device)
+losses = []
+for _ in range(5):
+    loss = model(x).pow(2).mean()
+    acc.backward(loss)
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+layers = [m for m in model.modules() if type(m) is te.Linear]
+print("accelerate fp8", acc.device.type, len(layers),
+      all(m.fp8_meta["scaling_fwd"].steps == 5 for m in layers), losses[-1] < losses[0])
 """
 
 GAUDI1 = r"""
@@ -115,6 +136,8 @@ def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generat
         float(v) for v in want.strip("[]").split(", ")]
     assert "outside autocast equal True" in lines
     assert f"saturates at {SATURATED[generation]} amax 1000.0" in lines
+    # Accelerate converted both nn.Linear to te.Linear, ran 5 fp8 steps, and the loss fell
+    assert "accelerate fp8 hpu 2 True True" in lines
 
 
 def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_message(run):
