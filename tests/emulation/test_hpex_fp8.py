@@ -77,6 +77,20 @@ big = torch.tensor([1000.0, 300.0, -300.0, 1.0], device="hpu")
 casted, amax = torch.ops.hpu.cast_to_fp8_v2(big, None, False, True, torch.float8_e4m3fn)
 print("saturates at", casted.float().cpu().tolist(), "amax", amax.item())
 
+# the casts and the GEMM traced by torch.compile (hpu_backend), as the bridge's own op tests do
+def fp8_matmul(a, b, scale):
+    a8, _ = torch.ops.hpu.cast_to_fp8_v2(a, scale, False, False, torch.float8_e4m3fn)
+    b8, _ = torch.ops.hpu.cast_to_fp8_v2(b, scale, False, False, torch.float8_e4m3fn)
+    inv = scale.reciprocal()
+    return (torch.ops.hpu.fp8_gemm_v2(a8, False, b8, True, None, torch.float32, inv, inv),
+            torch.ops.hpu.cast_from_fp8(a8, inv, torch.float32))
+a, b, scale = torch.randn(4, 16), torch.randn(8, 16), torch.tensor(4.0)
+got, back = torch.compile(fp8_matmul, backend="hpu_backend")(a.to("hpu"), b.to("hpu"),
+                                                            scale.to("hpu"))
+a8, b8 = q(a, 4.0, torch.float8_e4m3fn, E4M3_MAX), q(b, 4.0, torch.float8_e4m3fn, E4M3_MAX)
+print("compiled fp8 equal", torch.allclose(got.cpu(), a8 @ b8.T, atol=1e-5),
+      torch.equal(back.cpu(), a8))
+
 # Accelerate's fp8 (Transformer Engine backend), which imports intel_transformer_engine on HPU
 from accelerate import Accelerator
 from accelerate.utils import TERecipeKwargs
@@ -135,6 +149,7 @@ def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generat
     assert [float(v) for v in got.strip("[]").split(", ")] == [
         float(v) for v in want.strip("[]").split(", ")]
     assert "outside autocast equal True" in lines
+    assert "compiled fp8 equal True True" in lines
     assert f"saturates at {SATURATED[generation]} amax 1000.0" in lines
     # Accelerate converted both nn.Linear to te.Linear, ran 5 fp8 steps, and the loss fell
     assert "accelerate fp8 hpu 2 True True" in lines
