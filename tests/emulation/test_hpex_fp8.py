@@ -91,6 +91,15 @@ a8, b8 = q(a, 4.0, torch.float8_e4m3fn, E4M3_MAX), q(b, 4.0, torch.float8_e4m3fn
 print("compiled fp8 equal", torch.allclose(got.cpu(), a8 @ b8.T, atol=1e-5),
       torch.equal(back.cpu(), a8))
 
+# DeepSpeed 0.19.8's HPU FPQuantizer: per-group tensor scales, quantize then dequantize
+val = torch.randn(4, 32) * torch.tensor([[0.01], [1.0], [100.0], [1e4]])
+scale = torch.finfo(torch.float8_e4m3fn).max / val.abs().max(dim=1, keepdim=True)[0]
+quant, _ = torch.ops.hpu.cast_to_fp8_v2(val.to("hpu"), scale.to("hpu"), False,
+                                        dtype=torch.float8_e4m3fn)
+back = torch.ops.hpu.cast_from_fp8(quant, (1.0 / scale).to("hpu"), torch.float32)
+want = (val * scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * (1.0 / scale)
+print("deepspeed fp quantizer equal", torch.equal(back.cpu(), want))
+
 # Accelerate's fp8 (Transformer Engine backend), which imports intel_transformer_engine on HPU
 from accelerate import Accelerator
 from accelerate.utils import TERecipeKwargs
@@ -150,6 +159,7 @@ def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generat
         float(v) for v in want.strip("[]").split(", ")]
     assert "outside autocast equal True" in lines
     assert "compiled fp8 equal True True" in lines
+    assert "deepspeed fp quantizer equal True" in lines
     assert f"saturates at {SATURATED[generation]} amax 1000.0" in lines
     # Accelerate converted both nn.Linear to te.Linear, ran 5 fp8 steps, and the loss fell
     assert "accelerate fp8 hpu 2 True True" in lines
