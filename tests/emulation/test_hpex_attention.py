@@ -175,6 +175,13 @@ attempts = {
     "bad padding side": lambda: FusedSDPA.apply(q.detach(), k.detach(), v.detach(), None, 0.0,
                                                 True, None, "None", False, lengths, "middle"),
 }
+def mask_without_recompute():
+    with torch.hpu.sdp_kernel(enable_recompute=False):
+        return FusedSDPA.apply(q.detach(), k.detach(), v.detach(), None, 0.1, False, None,
+                               "None", None, None, "left", True)
+attempts["dropout mask, recompute by default"] = lambda: FusedSDPA.apply(
+    q.detach(), k.detach(), v.detach(), None, 0.1, False, None, "None", None, None, "left", True)
+attempts["dropout mask in sdp_kernel(enable_recompute=False)"] = mask_without_recompute
 for name, attempt in attempts.items():
     try:
         attempt()
@@ -218,6 +225,10 @@ def test_what_the_bridge_refuses_is_refused_with_its_message(run):
         "case")
     assert lines["REFUSED dropout mask with recompute"].endswith(
         "Return_dropout_mask is not supported in recompute mode")
+    # torch.hpu.recompute_sdp_enabled() (on by default) decides when recompute_mode is None
+    assert lines["REFUSED dropout mask, recompute by default"].endswith(
+        "Return_dropout_mask is not supported in recompute mode")
+    assert "ACCEPTED dropout mask in sdp_kernel(enable_recompute=False)" in lines
     assert "hpu::sdpa_fwd" in lines["REFUSED cpu tensors"]
     assert "'CPU' backend" in lines["REFUSED cpu tensors"]
     assert lines["REFUSED bad padding side"].endswith(
