@@ -3,7 +3,9 @@
 PyTorch turns any exception raised here into a failed ``import torch`` for every program
 on the machine, so :func:`autoload` never raises: a fault is logged once and the plugin
 stays off. With no Gaudi software and no emulation requested it returns after two
-environment look-ups and one ``find_spec``, importing nothing.
+environment look-ups and one ``find_spec``, importing nothing: this module imports nothing
+of the package at its top, so ``import torch`` on a machine without Gaudi loads only
+``hpu_plugin`` and this module (``tests/activation/test_import_cost.py`` checks it).
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ import importlib.util
 import logging
 import os
 import sys
-
-from hpu_plugin import settings
-from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
 
 log = logging.getLogger("hpu_plugin")
 
@@ -36,6 +35,9 @@ def add_standins() -> None:
     ``.pth`` error would print on every interpreter start.
     """
     try:
+        from hpu_plugin import settings
+        from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+
         if not emulation_requested() or settings.is_on(os.environ.get("HPU_PLUGIN_DISABLE")):
             return
         if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
@@ -56,13 +58,36 @@ def add_standins() -> None:
 
 
 def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
+    from hpu_plugin import settings
+
     return not settings.is_off(environ.get("HPU_PLUGIN_EMULATE"))
+
+
+#: Why the plugin is off on a machine without Gaudi (the common case).
+NO_GAUDI = "no Gaudi software and no emulation requested"
+
+
+def _nothing_to_do(environ: os._Environ[str]) -> bool:
+    """The common case, answered with nothing of the package imported: no switch set, and
+    no ``habana_frameworks`` to be found at all. Anything else takes the full path below,
+    which reads the same variables with their parsers."""
+    return (
+        not environ.get("HPU_PLUGIN_DISABLE")
+        and not (environ.get("HPU_PLUGIN_EMULATE") or "").strip()
+        and importlib.util.find_spec("habana_frameworks") is None
+    )
 
 
 def autoload() -> None:
     """Entry point of the ``torch.backends`` group; idempotent; never raises."""
     if state["status"] != "off":
         return
+    try:
+        if _nothing_to_do(os.environ):
+            state.update(status="skipped", reason=NO_GAUDI)
+            return
+    except Exception:  # a broken finder on sys.meta_path: the full path reports it
+        pass
     unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
@@ -73,7 +98,7 @@ def autoload() -> None:
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
     if state["status"] == "failed":
         _undo_defaults(unset)
-    if STANDINS in sys.path and state.get("emulator") != "started":
+    if state.get("emulator") != "started":
         _withdraw_standins()
 
 
@@ -99,6 +124,10 @@ def _withdraw_standins() -> None:
     """Without a running emulator its stand-ins must not be found: hosts that find
     ``habana_frameworks`` import it and take their Gaudi branches."""
     try:
+        from hpu_plugin.gaudi.software import STANDINS
+
+        if STANDINS not in sys.path:
+            return
         sys.path.remove(STANDINS)
         importlib.invalidate_caches()
         for name, module in list(sys.modules.items()):
@@ -109,6 +138,9 @@ def _withdraw_standins() -> None:
 
 
 def _activate() -> None:
+    from hpu_plugin import settings
+    from hpu_plugin.gaudi.software import real_gaudi_installed
+
     environ = os.environ
     if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
@@ -116,7 +148,7 @@ def _activate() -> None:
     emulate = emulation_requested(environ)
     real = real_gaudi_installed()
     if not emulate and not real:
-        state.update(status="skipped", reason="no Gaudi software and no emulation requested")
+        state.update(status="skipped", reason=NO_GAUDI)
         return
     if emulate and real:
         log.error(
