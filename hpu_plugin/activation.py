@@ -15,15 +15,13 @@ import logging
 import os
 import sys
 
+from hpu_plugin import state  # the package root: no module load, imports nothing
+
 log = logging.getLogger("hpu_plugin")
 
 #: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
 #: nothing runs :func:`autoload`, so nothing would start the emulator.
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-
-#: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
-state: dict[str, str] = {"status": "off", "reason": "not run"}
-
 
 def add_standins() -> None:
     """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
@@ -38,7 +36,8 @@ def add_standins() -> None:
         from hpu_plugin import settings
         from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
 
-        if not emulation_requested() or settings.is_on(os.environ.get("HPU_PLUGIN_DISABLE")):
+        if not settings.emulation_requested() or settings.is_on(
+                os.environ.get("HPU_PLUGIN_DISABLE")):
             return
         if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
             from hpu_plugin.reporting import say_once
@@ -55,12 +54,6 @@ def add_standins() -> None:
             sys.path.append(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
-
-
-def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
-    from hpu_plugin import settings
-
-    return not settings.is_off(environ.get("HPU_PLUGIN_EMULATE"))
 
 
 #: Why the plugin is off on a machine without Gaudi (the common case).
@@ -145,7 +138,7 @@ def _activate() -> None:
     if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
-    emulate = emulation_requested(environ)
+    emulate = settings.emulation_requested(environ)
     real = real_gaudi_installed()
     if not emulate and not real:
         state.update(status="skipped", reason=NO_GAUDI)
@@ -196,11 +189,12 @@ def _activate() -> None:
         state["emulator"] = "started"
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
+    from hpu_plugin.diagnostics.summary import gaudi_summary
     from hpu_plugin.hosts import install
 
     # Also without a device: the hosts' own HPU checks would otherwise look at the Gaudi
     # software directly and could say yes where a plugin said no.
-    install(registry)
+    install(registry, gaudi_summary)
     if not registry.device_available():
         state.update(status="skipped", reason="Gaudi software present, but no device is ready")
         return
