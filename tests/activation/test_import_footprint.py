@@ -49,3 +49,18 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     assert result["hpu"] is True
     modules = set(result["modules"])  # type: ignore[arg-type]
     assert {"hpu_plugin.emulation", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
+
+
+def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
+    """A ``habana_frameworks`` outside the emulator's stand-ins reads as the real stack (this
+    one registers no device): the common-case answer must not be taken, activation reads the
+    switches, builds the registry and installs the hosts, then finds no device ready."""
+    fake = tmp_path / "site" / "habana_frameworks"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "torch" / "__init__.py").write_text("")
+    result = _probe(scrubbed(PYTHONPATH=str(tmp_path / "site")))
+    assert (result["status"], result["reason"]) == (
+        "skipped", "Gaudi software present, but no device is ready")
+    assert {"hpu_plugin.registry", "hpu_plugin.hosts"} <= set(result["modules"])  # type: ignore[arg-type]
+    assert "hpu_plugin.emulation" not in result["modules"]  # type: ignore[operator]
