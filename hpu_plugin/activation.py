@@ -3,7 +3,9 @@
 PyTorch turns any exception raised here into a failed ``import torch`` for every program
 on the machine, so :func:`autoload` never raises: a fault is logged once and the plugin
 stays off. With no Gaudi software and no emulation requested it returns after two
-environment look-ups and one ``find_spec``, importing nothing.
+environment look-ups and one ``find_spec``, importing nothing: this module imports nothing
+of the package at its top, so ``import torch`` on a machine without Gaudi loads only
+``hpu_plugin`` and this module (``tests/activation/test_import_cost.py`` checks it).
 """
 
 from __future__ import annotations
@@ -13,18 +15,13 @@ import logging
 import os
 import sys
 
-from hpu_plugin import settings
-from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+from hpu_plugin import state  # the package root: no module load, imports nothing
 
 log = logging.getLogger("hpu_plugin")
 
 #: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
 #: nothing runs :func:`autoload`, so nothing would start the emulator.
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-
-#: What activation did, for ``hpu-plugin info`` and the tests: off | skipped | active | failed
-state: dict[str, str] = {"status": "off", "reason": "not run"}
-
 
 def add_standins() -> None:
     """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
@@ -36,7 +33,11 @@ def add_standins() -> None:
     ``.pth`` error would print on every interpreter start.
     """
     try:
-        if not emulation_requested() or settings.is_on(os.environ.get("HPU_PLUGIN_DISABLE")):
+        from hpu_plugin import settings
+        from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+
+        if not settings.emulation_requested() or settings.is_on(
+                os.environ.get("HPU_PLUGIN_DISABLE")):
             return
         if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
             from hpu_plugin.reporting import say_once
@@ -55,14 +56,31 @@ def add_standins() -> None:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
-def emulation_requested(environ: os._Environ[str] | dict[str, str] = os.environ) -> bool:
-    return not settings.is_off(environ.get("HPU_PLUGIN_EMULATE"))
+#: Why the plugin is off on a machine without Gaudi (the common case).
+NO_GAUDI = "no Gaudi software and no emulation requested"
+
+
+def _nothing_to_do(environ: os._Environ[str]) -> bool:
+    """The common case, answered with nothing of the package imported: no switch set, and
+    no ``habana_frameworks`` to be found at all. Anything else takes the full path below,
+    which reads the same variables with their parsers."""
+    return (
+        not environ.get("HPU_PLUGIN_DISABLE")
+        and not (environ.get("HPU_PLUGIN_EMULATE") or "").strip()
+        and importlib.util.find_spec("habana_frameworks") is None
+    )
 
 
 def autoload() -> None:
     """Entry point of the ``torch.backends`` group; idempotent; never raises."""
     if state["status"] != "off":
         return
+    try:
+        if _nothing_to_do(os.environ):
+            state.update(status="skipped", reason=NO_GAUDI)
+            return
+    except Exception:  # a broken finder on sys.meta_path: the full path reports it
+        pass
     unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
@@ -73,7 +91,7 @@ def autoload() -> None:
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
     if state["status"] == "failed":
         _undo_defaults(unset)
-    if STANDINS in sys.path and state.get("emulator") != "started":
+    if state.get("emulator") != "started":
         _withdraw_standins()
 
 
@@ -99,6 +117,10 @@ def _withdraw_standins() -> None:
     """Without a running emulator its stand-ins must not be found: hosts that find
     ``habana_frameworks`` import it and take their Gaudi branches."""
     try:
+        from hpu_plugin.gaudi.software import STANDINS
+
+        if STANDINS not in sys.path:
+            return
         sys.path.remove(STANDINS)
         importlib.invalidate_caches()
         for name, module in list(sys.modules.items()):
@@ -109,14 +131,17 @@ def _withdraw_standins() -> None:
 
 
 def _activate() -> None:
+    from hpu_plugin import settings
+    from hpu_plugin.gaudi.software import real_gaudi_installed
+
     environ = os.environ
     if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
-    emulate = emulation_requested(environ)
+    emulate = settings.emulation_requested(environ)
     real = real_gaudi_installed()
     if not emulate and not real:
-        state.update(status="skipped", reason="no Gaudi software and no emulation requested")
+        state.update(status="skipped", reason=NO_GAUDI)
         return
     if emulate and real:
         log.error(
@@ -164,11 +189,12 @@ def _activate() -> None:
         state["emulator"] = "started"
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
+    from hpu_plugin.diagnostics.summary import gaudi_summary
     from hpu_plugin.hosts import install
 
     # Also without a device: the hosts' own HPU checks would otherwise look at the Gaudi
     # software directly and could say yes where a plugin said no.
-    install(registry)
+    install(registry, gaudi_summary)
     if not registry.device_available():
         state.update(status="skipped", reason="Gaudi software present, but no device is ready")
         return

@@ -58,7 +58,7 @@ def _print_info(info: dict[str, Any]) -> None:
         for hook, decision in info["decisions"].items():
             print(f"  {hook}: {decision}")
     if "support" in info:
-        from hpu_plugin.hosts.support import report_lines
+        from hpu_plugin.diagnostics.support import report_lines
 
         print("", *report_lines(info["support"]), sep="\n")
 

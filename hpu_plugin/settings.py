@@ -13,7 +13,9 @@ Depends on nothing else in the package (it runs in ``hpu_plugin.pth`` and inside
 from __future__ import annotations
 
 import copyreg
+import os
 import re
+from collections.abc import Mapping
 
 #: Words that turn a switch on or off, in any case. The one home of these sets: the
 #: registry, activation, the emulator's configuration and the ``.pth`` all read them here.
@@ -104,6 +106,12 @@ def is_on(raw: str | None) -> bool:
 def is_off(raw: str | None) -> bool:
     """Unset or an :data:`OFF_WORDS` value."""
     return raw is None or raw.strip().lower() in OFF_WORDS
+
+
+def emulation_requested(environ: Mapping[str, str] = os.environ) -> bool:
+    """``HPU_PLUGIN_EMULATE`` read leniently, as the ``.pth`` line and activation must (they
+    never raise); the emulator's configuration reports a bad value with its fix."""
+    return not is_off(environ.get("HPU_PLUGIN_EMULATE"))
 
 
 def integer(variable: str, raw: str, minimum: int | None = None,

@@ -273,7 +273,7 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
 
 def check_hosts(doctor: Doctor) -> list[Finding]:
     """Are torch, Transformers and Accelerate tested releases; did an adapter stay out?"""
-    from hpu_plugin.hosts import support
+    from hpu_plugin.diagnostics import support
 
     found = support.findings(support.report())
     # An "ok" only where the plugin is at work: otherwise the first thing to read is why not.

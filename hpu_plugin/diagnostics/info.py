@@ -82,7 +82,7 @@ def _patched() -> dict[str, list[str]]:
 def collect_info() -> dict[str, Any]:
     activation = probe.import_torch()
     environ = probe.environ_with_defaults()
-    from hpu_plugin.hosts import support  # tested, untested, out of range; adapters left out
+    from hpu_plugin.diagnostics import support  # tested, untested, out of range; adapters left out
 
     info: dict[str, Any] = {
         "versions": _versions(),

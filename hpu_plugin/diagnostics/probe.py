@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 
-from hpu_plugin import hookspecs
+from hpu_plugin import hookspecs, settings, state
 from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION, real_gaudi_installed
 
 #: Every hook, in the order the contract declares them (hookspecs is their one home).
@@ -35,9 +35,7 @@ def version(distribution: str) -> str | None:
 
 
 def emulation_requested() -> bool:
-    from hpu_plugin.activation import emulation_requested as requested
-
-    return requested(os.environ)
+    return settings.emulation_requested(os.environ)
 
 
 def gaudi_software() -> bool:
@@ -62,15 +60,13 @@ def no_gaudi_reason() -> str:
 def import_torch() -> dict[str, str]:
     """Import torch (which runs the plugin's activation) when there is Gaudi to look at;
     returns what activation did."""
-    from hpu_plugin import activation
-
     if gaudi_expected() and "torch" not in sys.modules:
-        with _reported_once(lambda: activation.state.get("reason", "")):
+        with _reported_once(lambda: state.get("reason", "")):
             try:
                 import torch  # noqa: F401  runs hpu_plugin.activation.autoload
             except Exception as exc:  # report, do not crash the diagnostic
                 return {"status": "failed", "reason": f"import torch failed: {exc!r}"}
-    return dict(activation.state)
+    return dict(state)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The Gaudi section of ``accelerate env`` / ``transformers env`` (via ``hosts.env_section``).
+"""The Gaudi section of ``accelerate env`` / ``transformers env`` (activation hands
+:func:`gaudi_summary` to ``hosts.install``; the hosts never import this folder).
 
 Users paste those commands' output into bug reports; the plugin's own view belongs next to
 what the host itself found.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from hpu_plugin import __version__
+from hpu_plugin import __version__, state
 from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
 
@@ -17,13 +18,11 @@ def gaudi_summary() -> dict[str, str]:
     """Never raises, imports no torch (it reads ``torch.hpu`` only if torch is already
     imported)."""
     try:
-        from hpu_plugin import activation
-
         summary = {
             "hpu-plugin version": __version__,
             "Gaudi software": probe.version(GAUDI_DISTRIBUTION)
             or ("emulated" if probe.emulation_requested() else "not installed"),
-            "hpu-plugin status": f"{activation.state['status']} ({activation.state['reason']})",
+            "hpu-plugin status": f"{state['status']} ({state['reason']})",
             "Gaudi mode": probe.mode_text(probe.environ_with_defaults()),
             "HABANA_VISIBLE_MODULES": os.environ.get("HABANA_VISIBLE_MODULES", "unset"),
         }

@@ -1,6 +1,9 @@
 """A CPU-backed emulation of the Gaudi software stack (opt-in: HPU_PLUGIN_EMULATE).
 
-Kept cheap to import: everything heavy is imported by :func:`start`.
+Kept cheap to import: everything heavy is imported by :func:`start`. Two modules hold the
+rest together: ``startup`` brings the emulator up (it imports the parts it starts), and
+``runtime`` is the state they share (configuration, C++ runtime, ``patches``), importing
+none of them, so the parts import it at their top and no import goes in a circle.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ def start() -> None:
 
     Raises EmulationError (one line: cause and fix) when it cannot, leaving torch untouched.
     """
-    from hpu_plugin.emulation.runtime import start as _start
+    from hpu_plugin.emulation.startup import start as _start
 
     _start()
 

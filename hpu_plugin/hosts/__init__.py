@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from hpu_plugin.registry import Registry
 
@@ -20,12 +21,13 @@ _lock = threading.Lock()
 _installed: object | None = None  # the Patches of the installed adapters
 
 
-def install(registry: Registry) -> None:
+def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None) -> None:
     """Install the adapters once per process; never raises.
 
     With a device ready every adapter is installed. Without one (a plugin hid Gaudi, or
     the Gaudi software is present with no device) only the availability answers are, so
-    the hosts' own HPU branches follow the registry and stay off.
+    the hosts' own HPU branches follow the registry and stay off. ``summary`` is what the
+    hosts' ``env`` commands add (``diagnostics.summary.gaudi_summary``; none without it).
     """
     global _installed
     with _lock:
@@ -33,6 +35,7 @@ def install(registry: Registry) -> None:
             return
         from hpu_plugin.hosts import (
             accelerate_adapter,
+            env_section,
             peft_adapter,
             torch_adapter,
             transformers_adapter,
@@ -40,15 +43,17 @@ def install(registry: Registry) -> None:
         from hpu_plugin.patching import Patches, record_out, stayed_out
 
         stayed_out.clear()  # what stays out of this installation, from here on
+        env_section.summary = summary
         patches = Patches()
         _installed = patches
         try:
             available = registry.device_available()
             if available:
                 torch_adapter.install(registry, patches)
-                from hpu_plugin.hosts import shape_buckets
+                from hpu_plugin.hosts import shape_buckets, trainer_buckets
 
                 shape_buckets.install(registry, patches)
+                trainer_buckets.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)

@@ -373,12 +373,9 @@ def install_generate(registry: Registry, patches: Patches, module: types.ModuleT
 
 
 def install(registry: Registry, patches: Patches) -> None:
-    """Register the post-import hooks (only with a device ready)."""
-
-    from hpu_plugin.hosts.trainer_buckets import install_trainer
-
-    def hook(adapter: Callable[..., None]) -> Callable[[types.ModuleType], None]:
-        return lambda module: adapter(registry, patches, module)
-
-    importhook.when_imported("transformers.generation.utils", hook(install_generate))
-    importhook.when_imported("transformers.trainer", hook(install_trainer))
+    """Register the post-import hook of ``generate`` (only with a device ready; the
+    Trainer's is ``trainer_buckets.install``)."""
+    importhook.when_imported(
+        "transformers.generation.utils",
+        lambda module: install_generate(registry, patches, module),
+    )

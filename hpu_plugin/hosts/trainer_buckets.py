@@ -26,6 +26,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin import importhook
 from hpu_plugin.gaudi.shapes import bucket_for
 from hpu_plugin.hosts.shape_buckets import (
     DEVICE_TYPE,
@@ -312,3 +313,10 @@ def install_trainer(registry: Registry, patches: Patches, module: types.ModuleTy
                      "hpu_plugin: training batches are not bucketed: %r", exc)
 
     patches.set(cls, "__init__", ours(__init__))
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    """Register the post-import hook of ``Trainer`` (only with a device ready)."""
+    importhook.when_imported(
+        "transformers.trainer", lambda module: install_trainer(registry, patches, module)
+    )

@@ -104,8 +104,8 @@ def _exit_status(outcomes: list[Outcome], problem: str) -> int:
 
 
 def _environment_problem() -> str:
-    from hpu_plugin.activation import emulation_requested
     from hpu_plugin.gaudi.software import real_gaudi_installed
+    from hpu_plugin.settings import emulation_requested
 
     if not real_gaudi_installed() and not emulation_requested(os.environ):
         return ("no Gaudi here: the Gaudi software (habana_frameworks) is not installed and "

@@ -39,7 +39,7 @@ def collect() -> dict[str, Any]:
         import torch
     except Exception as exc:
         return {"torch_error": f"{type(exc).__name__}: {exc}"}
-    from hpu_plugin import activation
+    from hpu_plugin import state
     from hpu_plugin.gaudi.software import real_gaudi_installed
     from hpu_plugin.registry import get_registry
 
@@ -57,7 +57,7 @@ def collect() -> dict[str, Any]:
     except Exception as exc:  # a bad switch value: reported, not fatal here
         plugins = [{"error": str(exc)}]
     return {
-        "activation": dict(activation.state),
+        "activation": dict(state),
         "real_gaudi": real_gaudi_installed(),
         "hpu_available": available,
         "plugins": plugins,

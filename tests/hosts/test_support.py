@@ -18,7 +18,8 @@ from importlib import metadata
 import pytest
 
 from hpu_plugin import patching
-from hpu_plugin.hosts import support, transformers_adapter
+from hpu_plugin.diagnostics import support
+from hpu_plugin.hosts import transformers_adapter
 from hpu_plugin.patching import Patches
 
 # -- the classifier, on fabricated version strings ---------------------------------------------

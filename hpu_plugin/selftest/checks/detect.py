@@ -10,13 +10,13 @@ from hpu_plugin.selftest.harness import CheckFailed, acquire, chosen_module, req
 
 def body() -> tuple[str, dict[str, Any]]:
     torch = acquire()
-    from hpu_plugin import activation
+    from hpu_plugin import state
     from hpu_plugin.gaudi import generations, hlsmi
     from hpu_plugin.registry import get_registry
 
     require(
-        activation.state.get("status") == "active",
-        f"the plugin is not active: {activation.state}",
+        state.get("status") == "active",
+        f"the plugin is not active: {state}",
     )
     name = str(torch.hpu.get_device_name())
     generation = generations.generation_from_name(name)
