@@ -229,59 +229,37 @@ class Registry:
         return self._available
 
     def device_properties(self) -> hookspecs.DeviceProperties | None:
-        if not self.device_available():
-            return None
-        result: hookspecs.DeviceProperties | None = self.pm.hook.hpu_device_properties()
-        return result
+        return self.pm.hook.hpu_device_properties() if self.device_available() else None
 
-    def compile_backend(
-        self, requested: hookspecs.CompileBackend | None, device_type: str
-    ) -> hookspecs.CompileBackend | None:
-        result: hookspecs.CompileBackend | None = self.pm.hook.hpu_compile_backend(
-            requested=requested, device_type=device_type
-        )
-        return result
+    def compile_backend(self, requested: hookspecs.CompileBackend | None, device_type: str
+                        ) -> hookspecs.CompileBackend | None:
+        return self.pm.hook.hpu_compile_backend(requested=requested, device_type=device_type)
 
     def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
-        result: str | None = self.pm.hook.hpu_ddp_backend(
-            requested=requested, device_type=device_type
-        )
-        return result
+        return self.pm.hook.hpu_ddp_backend(requested=requested, device_type=device_type)
 
     def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins
         (the registry's own knowledge), for the pre-flight check across ranks."""
         from hpu_plugin import __version__
 
-        facts = {
-            "hpu-plugin version": __version__,
-            "enabled plugins": ",".join(sorted(n for n, _ in self.pm.list_name_plugin() if n)),
-        }
+        facts = {"hpu-plugin version": __version__, "enabled plugins": ",".join(
+            sorted(n for n, _ in self.pm.list_name_plugin() if n))}
         for part in reversed(self.pm.hook.hpu_job_facts(environ=environ)):
             facts.update(part or {})
         return facts
 
     def quantization_device_map(
-        self,
-        method: str,
-        bits: int,
-        device_map: hookspecs.DeviceMap | None,
-        device_type: str,
+        self, method: str, bits: int, device_map: hookspecs.DeviceMap | None, device_type: str,
         options: Mapping[str, Any] | None = None,
     ) -> hookspecs.DeviceMap | None:
-        result: hookspecs.DeviceMap | None = self.pm.hook.hpu_quantization_device_map(
+        return self.pm.hook.hpu_quantization_device_map(
             method=method, bits=bits, device_map=device_map, device_type=device_type,
-            options=dict(options or {}),
-        )
-        return result
+            options=dict(options or {}))
 
-    def shape_buckets(
-        self, kind: str, device_type: str, limit: int | None
-    ) -> tuple[int, ...] | None:
-        result: tuple[int, ...] | None = self.pm.hook.hpu_shape_buckets(
-            kind=kind, device_type=device_type, limit=limit
-        )
-        return result
+    def shape_buckets(self, kind: str, device_type: str, limit: int | None
+                      ) -> tuple[int, ...] | None:
+        return self.pm.hook.hpu_shape_buckets(kind=kind, device_type=device_type, limit=limit)
 
     # -- introspection ---------------------------------------------------------------------
 

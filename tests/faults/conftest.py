@@ -44,7 +44,6 @@ IMPORT_FAULTS: dict[str, str] = {
 #: Import faults no process can contain (it never returns, or ends the process):
 #: ``hpu-plugin doctor`` names them, importing each plugin in a child of its own.
 FATAL_IMPORTS: dict[str, str] = {
-    "imp_sleep_forever": "import time\ntime.sleep(3600)",
     "imp_loop": "while True:\n    pass",
     "imp_torch_then_hang": "import torch\nimport time\ntime.sleep(3600)",
     "imp_os_exit": "os._exit(7)",
@@ -64,7 +63,6 @@ HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
     "compile_bogus": ("tryfirst=True", _COMPILE, "return 'bogus'"),
     "ddp_exit_plain": ("tryfirst=True", _DDP, "import sys; sys.exit(0)"),
     "ddp_exit_after": ("wrapper=True", _DDP, "yield\nimport sys; sys.exit(0)"),
-    "compile_repr_raises": ("tryfirst=True", _COMPILE, _BAD_REPR + "raise Bad()"),
     "compile_recursion": ("tryfirst=True", _COMPILE,
                           "import torch\ntorch.compile(lambda x: x * 2)(torch.ones(2))"),
     "avail_exit": ("tryfirst=True", _AVAIL, "import sys; sys.exit(0)"),

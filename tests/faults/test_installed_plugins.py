@@ -69,7 +69,7 @@ def _assert_reported_once(stderr: str, case: str) -> None:
 
 #: Import faults run each in its own ``import torch``; the others in one process that
 #: loads the plugins again per case, as ``import torch`` does (cheaper; same registry path).
-SEPARATE = ("imp_exit", "imp_repr_raises")
+SEPARATE = ("imp_exit",)
 #: Reported but loaded: a slow import and one that leaves a thread running.
 LOADED = ("imp_slow", "imp_thread")
 
@@ -176,7 +176,7 @@ def doctor_with_fatal_imports(fault_plugins) -> tuple[dict[str, object], str]:
     """``hpu-plugin doctor`` with every fatal import active at once: it must name each and
     still check the rest, with those plugins kept out of its own ``import torch``."""
     env = environ(HPU_PLUGIN_EMULATE="1", HPU_FAULT_CASE=",".join(FATAL_IMPORTS),
-                  HPU_PLUGIN_IMPORT_BUDGET="0.5",
+                  HPU_PLUGIN_IMPORT_BUDGET="0.3",
                   HPU_PLUGIN_DISABLE=f"{NAMES_DIST}:imports_torch")
     done = run("from hpu_plugin.cli import main; import sys; sys.exit(main(['doctor', "
                "'--json']))", env, timeout=240)
@@ -190,7 +190,7 @@ def test_doctor_names_an_import_no_process_survives(doctor_with_fatal_imports, c
     named = [f for f in result["findings"]
              if f["check"] == "plugin-imports" and f"plugin {case!r}" in f["message"]]
     assert len(named) == 1 and named[0]["severity"] == "error", result["findings"]
-    how = "does not finish importing" if "sleep" in case or "loop" in case or "hang" in case \
+    how = "does not finish importing" if case in ("imp_loop", "imp_torch_then_hang") \
         else "ends the process"
     assert how in named[0]["message"], named
     assert f"HPU_PLUGIN_DISABLE={FAULT_DIST}:{case}" in named[0]["fix"]
