@@ -176,7 +176,8 @@ class _Call:
         if value is None or self.expected is None:
             return True
         if not conforms(value, self.expected):
-            self.report(self.hook + ":type", f"returned {describe(value)} from {self.hook}, "
+            self.report(self.hook + ":type", f"returned {describe(value)} "
+                        f"({type(value).__name__}) from {self.hook}, "
                         f"which the hook spec does not allow (expected "
                         f"{_type_name(self.expected)} or None); skipped")
             return False
