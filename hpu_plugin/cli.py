@@ -147,17 +147,37 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("devices", parents=[common], help="devices, module ids, visibility, groups")
     sub.add_parser("plugins", parents=[common], help="installed plugins and their status")
     doctor = sub.add_parser("doctor", parents=[common], help="check every rule; exit 1 on errors")
-    doctor.add_argument(
-        "--processes", type=int, default=0, help="check a launch with this many processes per node"
-    )
+    doctor.add_argument("--processes", type=_positive, default=0, metavar="N",
+                        help="check a launch with N (1 or more) processes per node")
     doctor.add_argument("--compile", action="store_true", help="the job calls torch.compile")
-    doctor.add_argument("--dtype", help="the job's precision: bf16, fp16, fp8, fp32")
+    doctor.add_argument("--dtype", type=_dtype, help="the job's precision: bf16, fp16, fp8, fp32")
     doctor.add_argument("--bnb", type=int, choices=(4, 8), help="bitsandbytes bits")
     doctor.add_argument("--bnb-quant-type", default="nf4", help="4-bit type (default nf4)")
     from hpu_plugin.selftest import command as selftest
 
     selftest.add_parser(sub)
     return parser
+
+
+def _positive(text: str) -> int:
+    """``--processes``: refused before any work unless a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes: give 1 or more")
+    return value
+
+
+def _dtype(text: str) -> str:
+    """``--dtype``: refused before any work unless a precision the rules know."""
+    from hpu_plugin.gaudi.generations import DTYPE_NAMES
+
+    if text.strip().lower() not in DTYPE_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a precision; accepted: {', '.join(sorted(DTYPE_NAMES))}")
+    return text
 
 
 def _job(args: argparse.Namespace) -> Job:

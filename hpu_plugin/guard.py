@@ -1,17 +1,25 @@
-"""The one guard around every hook function of every plugin, of every hook form.
+"""The one guard around every hook implementation: exceptions, answers, time, re-entry.
 
-A plugin's fault must never end the user's program: a plain, ``tryfirst`` or ``trylast``
-implementation, a new-style ``wrapper`` (before or after its ``yield``) and an old-style
-``hookwrapper`` are each wrapped so that anything they raise, short of
-:class:`KeyboardInterrupt` (the user's own Ctrl-C), is reported once and undone: a
-``SystemExit`` from ``sys.exit()``, a misused ``GeneratorExit``, any other
-``BaseException`` subclass. Only :class:`hookspecs.Refusal` crosses the guard: it is a
-plugin's deliberate answer to the user, not a fault.
+A plugin's hook runs inside the user's ``import torch``, ``torch.compile`` or
+``init_process_group``, so whatever it does is contained here, for every hook alike:
 
-An answer is checked twice: its type against the hook spec's return annotation, and its
-meaning against what the host can use (:data:`VALIDATORS`: a device map naming another
-device type, a compile backend dynamo does not know). Either failure is reported naming the
-plugin, and the decision falls to the next implementation, as if the plugin had said None.
+- *exceptions*: anything a plain, ``tryfirst`` or ``trylast`` implementation or a
+  ``wrapper`` (before or after its ``yield``) raises, short of :class:`KeyboardInterrupt`
+  (the user's Ctrl-C) and :class:`hookspecs.Refusal` (a plugin's deliberate answer), is
+  reported once and undone: the decision falls to the next implementation;
+- *answers*: checked against the spec's return annotation, items and dataclass fields
+  included (a ``{"x": object()}`` from ``hpu_job_facts`` would end every rank in JSON),
+  then against the spec's meaning check (:data:`hookspecs.MEANING`); a failure is a fault;
+- *time*: a call slower than :data:`SLOW_HOOK` is reported naming the plugin. It is not
+  interrupted: a hook runs inside the user's call, and cutting it off mid-way could leave
+  what it was doing half done;
+- *re-entry*: an implementation that reaches its own hook again (a compile hook calling
+  ``torch.compile``) is skipped in the inner call and reported. Left alone it recursed until
+  ``RecursionError``, which struck wherever the stack was deepest, often inside a lazy import
+  of the host (sympy), leaving that module half imported for the rest of the program.
+
+Everything reported is formatted by :func:`describe`, which never raises and cuts long text:
+an exception whose ``repr`` raises is described by its type.
 """
 
 from __future__ import annotations
@@ -19,15 +27,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
-import re
-import sys
+import threading
+import time
 import types
 import typing
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
 from hpu_plugin import hookspecs
-from hpu_plugin.gaudi.modes import EAGER
+
+#: Seconds a hook call may take before it is reported as slow.
+SLOW_HOOK = 1.0
+#: Characters of a value or exception shown in a report.
+SHOWN = 300
 
 
 class Reporter(Protocol):
@@ -39,134 +51,80 @@ def passes(exc: BaseException) -> bool:
     return isinstance(exc, (KeyboardInterrupt, hookspecs.Refusal))
 
 
-def _spec_result_types() -> dict[str, Any]:
-    """The declared return type of each deciding hook spec, ``None`` taken out.
+def describe(value: object, limit: int = SHOWN) -> str:
+    """``repr(value)`` cut to ``limit`` characters; never raises, whatever ``value`` is."""
+    try:
+        text = repr(value)
+    except BaseException as exc:  # a hostile __repr__ must not escape the guard
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        text = f"<{type(value).__name__} whose repr() raised {type(exc).__name__}>"
+    if len(text) > limit:
+        text = f"{text[:limit]}... ({len(text)} characters)"
+    return text
 
-    Read from the specs' own annotations, so a spec that changes its return type changes
-    what the registry accepts, with no second list to keep in step.
-    """
+
+def _spec_types() -> dict[str, Any]:
+    """Each deciding spec's return annotation, ``None`` taken out (read from the specs, so a
+    spec that changes its return type changes what the guard accepts)."""
     declared: dict[str, Any] = {}
-    for name, spec in inspect.getmembers(hookspecs, inspect.isfunction):
-        if getattr(spec, hookspecs.PROJECT + "_spec", None) is None:
-            continue
-        returned = typing.get_type_hints(spec).get("return", type(None))
-        options = [arg for arg in _union_args(returned) if arg is not type(None)]
-        if not options:
-            continue  # returns None: the result is ignored, as the spec says
-        declared[name] = options[0] if len(options) == 1 else typing.Union[tuple(options)]  # noqa: UP007
+    for name in HOOK_NAMES:
+        returned = typing.get_type_hints(getattr(hookspecs, name)).get("return", type(None))
+        options = [a for a in _union_args(returned) if a is not type(None)]
+        if options:
+            declared[name] = options[0] if len(options) == 1 else typing.Union[tuple(options)]  # noqa: UP007
     return declared
 
 
 def _union_args(annotation: Any) -> tuple[Any, ...]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        flat: list[Any] = []
-        for arg in typing.get_args(annotation):
-            flat.extend(_union_args(arg))
-        return tuple(flat)
+        return tuple(a for arg in typing.get_args(annotation) for a in _union_args(arg))
     return (annotation,)
 
 
 def conforms(value: object, annotation: Any) -> bool:
-    """Does ``value`` have the type ``annotation`` declares?
-
-    Checks what can be checked at run time: classes, unions, ``Callable``, the container
-    type of a generic (not its items) and, for a dataclass, the types of its fields, so a
-    ``DeviceProperties`` with ``count="2"`` is refused like a wrong class would be.
-    """
+    """Does ``value`` have the type ``annotation`` declares, items of containers and fields
+    of dataclasses included?"""
     if annotation is Any or annotation is object:
         return True
     if annotation is None or annotation is type(None):
         return value is None
-    origin = typing.get_origin(annotation)
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin in (typing.Union, types.UnionType):
-        return any(conforms(value, arg) for arg in typing.get_args(annotation))
-    if origin is not None:
-        if origin is typing.Literal:
-            return value in typing.get_args(annotation)
-        if origin is Callable or origin is typing.Callable:  # type: ignore[comparison-overlap]
-            return callable(value)
-        return isinstance(value, origin)
-    if annotation is Callable:
+        return any(conforms(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return value in args
+    if annotation is Callable or origin is Callable or origin is typing.Callable:  # type: ignore[comparison-overlap]
         return callable(value)
+    if origin is not None:
+        return isinstance(value, origin) and _items_conform(value, origin, args)
     if not isinstance(annotation, type) or not isinstance(value, annotation):
         return False
     if dataclasses.is_dataclass(annotation):
         hints = typing.get_type_hints(annotation)
-        return all(
-            conforms(getattr(value, f.name, None), hints.get(f.name, Any))
-            for f in dataclasses.fields(annotation)
-        )
+        return all(conforms(getattr(value, f.name, None), hints.get(f.name, Any))
+                   for f in dataclasses.fields(annotation))
     return True
 
 
-#: What a deciding hook may return besides ``None`` (the spec's return annotation);
-#: anything else is a plugin fault. Hooks whose result is ignored are not listed.
-RESULT_TYPES: Mapping[str, Any] = types.MappingProxyType(_spec_result_types())
+def _items_conform(value: Any, origin: Any, args: tuple[Any, ...]) -> bool:
+    if not args:
+        return True
+    if issubclass(origin, Mapping):
+        return all(conforms(k, args[0]) and conforms(v, args[-1]) for k, v in value.items())
+    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return len(value) == len(args) and all(map(conforms, value, args))
+    return all(conforms(item, args[0]) for item in value)
+
+
 #: Every hook a plugin may implement.
 HOOK_NAMES: frozenset[str] = frozenset(
-    name
-    for name, spec in inspect.getmembers(hookspecs, inspect.isfunction)
+    name for name, spec in inspect.getmembers(hookspecs, inspect.isfunction)
     if getattr(spec, hookspecs.PROJECT + "_spec", None) is not None
 )
-
-_DEVICE = re.compile(r"([a-z_]+)(?::([0-9]+))?", re.ASCII)
-
-
-def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
-    """A device map must place modules on the device type asked for, the CPU or disk."""
-    device_type = str(call.get("device_type", "hpu"))
-    allowed = {device_type, "cpu", "disk", "meta"}
-    if isinstance(value, str):
-        if value in ("auto", "balanced", "balanced_low_0", "sequential"):
-            return None
-        entries: list[tuple[str, object]] = [("", value)]
-    elif isinstance(value, dict):
-        entries = list(value.items())
-    else:
-        return None
-    for key, where in entries:
-        if not isinstance(key, str):
-            return f"its device map has a key {key!r} that is not a module name"
-        if isinstance(where, int) and not isinstance(where, bool) and where >= 0:
-            continue
-        text = str(where)
-        match = _DEVICE.fullmatch(text)
-        if match is None or match.group(1) not in allowed:
-            return (f"its device map places {key or 'the model'!r} on {where!r}, which is "
-                    f"not a {device_type}, cpu or disk device")
-    return None
-
-
-def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | None:
-    """A backend named by a string must be one Gaudi supports (a fact of
-    ``hpu_plugin.gaudi``, registered by the Gaudi software when dynamo loads) or one dynamo
-    knows now; otherwise torch.compile fails later in dynamo without naming the plugin."""
-    if not isinstance(value, str):
-        return None
-    if not value:
-        return "it named an empty compile backend"
-    if value in EAGER.compile_backends:
-        return None
-    registry = sys.modules.get("torch._dynamo.backends.registry")
-    if registry is None:
-        try:
-            from torch._dynamo.backends import registry
-        except Exception:  # no dynamo to ask: the host reports what it cannot compile
-            return None
-    try:
-        registry.lookup_backend(value)
-    except Exception:
-        return f"it named the compile backend {value!r}, which torch._dynamo does not know"
-    return None
-
-
-#: Checks of an answer's meaning, per hook: the problem in words, or ``None``.
-VALIDATORS: Mapping[str, Callable[[object, Mapping[str, Any]], str | None]] = (
-    types.MappingProxyType({
-        "hpu_quantization_device_map": _device_map_problem,
-        "hpu_compile_backend": _compile_backend_problem,
-    })
-)
+#: What a deciding hook may return besides ``None``; hooks whose result is ignored are not
+#: listed.
+RESULT_TYPES: Mapping[str, Any] = types.MappingProxyType(_spec_types())
 
 
 def _type_name(annotation: Any) -> str:
@@ -175,36 +133,59 @@ def _type_name(annotation: Any) -> str:
     return str(annotation).replace("typing.", "").replace("collections.abc.", "")
 
 
-class _Checker:
-    """Type and meaning checks of one hook's answers, reporting through ``report``."""
+class _Call:
+    """One plugin's implementation of one hook: its checks, its clock and its re-entry."""
 
     def __init__(self, hook: str, function: Callable[..., Any], report: Reporter) -> None:
-        self.hook, self.report = hook, report
+        self.hook, self.function, self.report = hook, function, report
         self.expected = RESULT_TYPES.get(hook)
-        self.validate = VALIDATORS.get(hook)
+        self.meaning = hookspecs.MEANING.get(hook)
+        self.active = threading.local()
         try:  # pluggy passes the arguments by position, in the implementation's order
             self.names = tuple(inspect.signature(function).parameters)
         except (TypeError, ValueError):
             self.names = ()
 
-    def call(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """The hook call's arguments by name, for the meaning checks."""
-        return {**dict(zip(self.names, args, strict=False)), **kwargs}
+    def reentered(self) -> bool:
+        """Is this implementation already running on this thread? Reported when it is."""
+        if not getattr(self.active, "on", False):
+            return False
+        self.report(self.hook + ":reentry", f"reached {self.hook} again from inside its own "
+                    f"{self.hook} (through the host); the inner call skips it")
+        return True
 
-    def accepts(self, value: object, call: Mapping[str, Any]) -> bool:
+    def run(self, step: Callable[[], Any], what: str) -> tuple[bool, Any]:
+        """``(True, result)`` of the plugin's ``step``, or ``(False, None)`` when it faulted
+        (reported); a slow step is reported too."""
+        self.active.on, start = True, time.perf_counter()
+        try:
+            return True, step()
+        except BaseException as exc:  # sys.exit() in a hook ends no program
+            if passes(exc) or isinstance(exc, (StopIteration, _Unfinished)):
+                raise
+            self.report(self.hook, f"{what} raised {describe(exc)} in {self.hook}; skipped", exc)
+            return False, None
+        finally:
+            self.active.on = False
+            spent = time.perf_counter() - start
+            if spent > SLOW_HOOK:
+                self.report(self.hook + ":slow", f"took {spent:.1f} s in {self.hook}, inside "
+                            "the user's call; hooks must answer at once")
+
+    def accepts(self, value: object, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         if value is None or self.expected is None:
             return True
         if not conforms(value, self.expected):
-            self.report(
-                self.hook + ":type",
-                f"returned {value!r} ({type(value).__name__}) from {self.hook}, which the hook "
-                f"spec does not allow (expected {_type_name(self.expected)} or None); skipped",
-            )
+            self.report(self.hook + ":type", f"returned {describe(value)} "
+                        f"({type(value).__name__}) from {self.hook}, "
+                        f"which the hook spec does not allow (expected "
+                        f"{_type_name(self.expected)} or None); skipped")
             return False
-        problem = self.validate(value, call) if self.validate is not None else None
+        call = {**dict(zip(self.names, args, strict=False)), **kwargs}
+        problem = self.meaning(value, call) if self.meaning is not None else None
         if problem:
             self.report(self.hook + ":value",
-                        f"returned {value!r} from {self.hook}: {problem}; refused")
+                        f"returned {describe(value)} from {self.hook}: {problem}; refused")
             return False
         return True
 
@@ -212,155 +193,88 @@ class _Checker:
 def guard(hook: str, function: Callable[..., Any], opts: Mapping[str, Any],
           report: Reporter) -> Callable[..., Any]:
     """``function`` (a plugin's hook implementation) behind the guard for its form."""
-    check = _Checker(hook, function, report)
-    if opts.get("hookwrapper"):
-        return _guard_old_wrapper(check, function)
+    call = _Call(hook, function, report)
     if opts.get("wrapper"):
-        return _guard_wrapper(check, function)
+        return _guard_wrapper(call)
 
     @functools.wraps(function)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as exc:  # sys.exit() in a hook ends no program
-            if passes(exc):
-                raise
-            report(hook, f"raised {exc!r} in {hook}; skipped", exc)
+        if call.reentered():
             return None
-        return result if check.accepts(result, check.call(args, kwargs)) else None
+        try:
+            ok, result = call.run(lambda: function(*args, **kwargs), "it")
+        except StopIteration as exc:  # would end pluggy's own loop: a fault like any other
+            call.report(hook, f"raised {describe(exc)} in {hook}; skipped", exc)
+            return None
+        return result if ok and call.accepts(result, args, kwargs) else None
 
     return guarded
 
 
-def _enter(check: _Checker, function: Callable[..., Any], form: str, args: tuple[Any, ...],
-           kwargs: dict[str, Any]) -> Generator[Any, Any, Any] | None:
-    """Run a wrapper up to its ``yield``; ``None`` (reported) when it faulted before."""
-    try:
-        inner = function(*args, **kwargs)
-        next(inner)
-    except StopIteration:
-        check.report(check.hook, f"{form} {check.hook} did not yield; skipped")
-        return None
-    except BaseException as exc:
-        if passes(exc):
-            raise
-        check.report(check.hook, f"{form} {check.hook} raised {exc!r} before yield; skipped",
-                     exc)
-        return None
-    return inner
+def _guard_wrapper(call: _Call) -> Callable[..., Any]:
+    """A wrapper: faults make it a pass-through; what it returns is checked. An exception
+    from the implementations inside (a :class:`Refusal`) is thrown into the plugin's
+    wrapper, so it can see and handle it as pluggy promises."""
 
-
-def _guard_wrapper(check: _Checker, function: Callable[..., Any]) -> Callable[..., Any]:
-    """A new-style wrapper: faults make it a pass-through; what it returns is checked.
-
-    An exception from the wrapped implementations (a :class:`Refusal`) is thrown into
-    the plugin's wrapper, so it can see and handle it as pluggy promises.
-    """
-    hook = check.hook
-
-    @functools.wraps(function)
+    @functools.wraps(call.function)
     def guarded(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        inner = _enter(check, function, "wrapper", args, kwargs)
+        inner = None if call.reentered() else _enter(call, args, kwargs)
         if inner is None:
             return (yield)
         try:
             result = yield
         except Exception as exc:  # the implementations inside raised: let it see that
-            handled, value = _throw_into(check, inner, exc, check.call(args, kwargs))
-            if handled:
+            ok, value = _resume(call, inner, functools.partial(inner.throw, exc), exc)
+            if ok and call.accepts(value, args, kwargs):
                 return value
             raise
+        ok, value = _resume(call, inner, functools.partial(inner.send, result))
+        return value if ok and call.accepts(value, args, kwargs) else result
+
+    return guarded
+
+
+def _enter(call: _Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+           ) -> Generator[Any, Any, Any] | None:
+    """Run a wrapper up to its ``yield``; ``None`` (reported) when it faulted before."""
+    def first() -> Generator[Any, Any, Any]:
+        inner = call.function(*args, **kwargs)
+        next(inner)
+        return inner
+
+    try:
+        ok, inner = call.run(first, "the wrapper before its yield")
+    except StopIteration:
+        call.report(call.hook, f"wrapper {call.hook} did not yield; skipped")
+        return None
+    return inner if ok else None
+
+
+class _Unfinished(Exception):
+    """A wrapper that yielded again, or raised back what was thrown into it."""
+
+
+def _resume(call: _Call, inner: Generator[Any, Any, Any], step: Callable[[], Any],
+            thrown: BaseException | None = None) -> tuple[bool, Any]:
+    """Resume a wrapper after its ``yield``: ``(True, its return value)``, or ``(False,
+    None)`` when it raised (a fault, reported; a refusal of its own goes on), gave back the
+    exception thrown into it, or yielded twice (reported)."""
+    def finish() -> Any:
         try:
-            inner.send(result)
+            step()
         except StopIteration as stop:
-            accepted = check.accepts(stop.value, check.call(args, kwargs))
-            return stop.value if accepted else result
-        except BaseException as exc:
-            if passes(exc):
-                raise
-            check.report(hook, f"wrapper {hook} raised {exc!r} after yield; skipped", exc)
-            return result
-        _close(inner)
-        check.report(hook, f"wrapper {hook} yielded twice; skipped")
-        return result
-
-    return guarded
-
-
-def _close(inner: Generator[Any, Any, Any]) -> None:
-    """Close a plugin's generator that yielded twice; its cleanup may fault too."""
-    try:
-        inner.close()
-    except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
+            return stop.value
+        except BaseException as raised:
+            if raised is thrown:
+                raise _Unfinished from None
             raise
-
-
-def _throw_into(check: _Checker, inner: Generator[Any, Any, Any], exc: Exception,
-                call: Mapping[str, Any]) -> tuple[bool, Any]:
-    """Throw ``exc`` into a plugin's wrapper: ``(True, value)`` when it turned the
-    exception into a valid result, ``(False, None)`` when ``exc`` must go on."""
-    hook = check.hook
-    try:
-        inner.throw(exc)
-    except StopIteration as stop:
-        return (True, stop.value) if check.accepts(stop.value, call) else (False, None)
-    except hookspecs.Refusal as refusal:
-        if refusal is exc:
-            return False, None
-        raise  # the wrapper's own refusal replaces the one it was given
-    except BaseException as raised:
-        if isinstance(raised, KeyboardInterrupt):
-            raise
-        if raised is not exc:
-            check.report(hook, f"wrapper {hook} raised {raised!r} after yield; skipped", raised)
-        return False, None
-    _close(inner)
-    check.report(hook, f"wrapper {hook} yielded twice; skipped")
-    return False, None
-
-
-def _guard_old_wrapper(check: _Checker, function: Callable[..., Any]) -> Callable[..., Any]:
-    """An old-style ``hookwrapper``: it gets pluggy's ``Result``; faults are undone."""
-    hook = check.hook
-
-    @functools.wraps(function)
-    def guarded(*args: Any, **kwargs: Any) -> Generator[None, Any, None]:
-        inner = _enter(check, function, "hookwrapper", args, kwargs)
-        if inner is None:
-            yield
-            return
-        outcome = yield
-        before_exc = outcome.exception
-        before = None if before_exc is not None else outcome.get_result()
         try:
-            inner.send(outcome)
-        except StopIteration:
-            pass
-        except hookspecs.Refusal as refusal:
-            outcome.force_exception(refusal)
-            return
-        except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            check.report(hook, f"hookwrapper {hook} raised {exc!r} after yield; skipped", exc)
-            _restore(outcome, before, before_exc)
-            return
-        else:
-            _close(inner)
-            check.report(hook, f"hookwrapper {hook} yielded twice; skipped")
-            _restore(outcome, before, before_exc)
-            return
-        if outcome.exception is None and not check.accepts(
-            outcome.get_result(), check.call(args, kwargs)
-        ):
-            _restore(outcome, before, before_exc)
+            inner.close()
+        finally:
+            call.report(call.hook, f"wrapper {call.hook} yielded twice; skipped")
+        raise _Unfinished
 
-    return guarded
-
-
-def _restore(outcome: Any, value: object, exc: BaseException | None) -> None:
-    if exc is not None:
-        outcome.force_exception(exc)
-    else:
-        outcome.force_result(value)
+    try:
+        return call.run(finish, "the wrapper after its yield")
+    except _Unfinished:
+        return False, None

@@ -8,9 +8,9 @@ always means "no opinion, ask the next one".
 
 Call order, for every hook (see ``docs/writing-a-plugin.md``):
 
-1. wrappers (``wrapper=True``, or old-style ``hookwrapper=True``) are entered first and
-   left last; each sees the decision of everything inside it and may replace it, or see
-   and handle a :class:`Refusal`;
+1. wrappers (``wrapper=True``) are entered first and left last; each sees the decision of
+   everything inside it and may replace it, or see and handle a :class:`Refusal`
+   (pluggy's old-style ``hookwrapper=True`` is not accepted: write ``wrapper=True``);
 2. ``tryfirst=True`` implementations;
 3. plain implementations: the first-party plugin first, then third-party plugins in
    ascending entry-point name;
@@ -21,16 +21,18 @@ wrapper), and ``trylast`` makes it a fallback. The registry fixes this order its
 (third-party plugins are registered before first-party ones, by name); it does not depend
 on the order in which entry points are found.
 
-A return value must have the type the spec's annotation declares (``None`` aside): the
-registry checks it, and a wrong one is a plugin fault, reported and skipped like an
-exception, so the decision falls to the next implementation.
+A return value must have the type the spec's annotation declares (``None`` aside), items
+included, and mean something the host can use: each spec's meaning check is declared
+beside it with :func:`meaning`. The guard (:mod:`hpu_plugin.guard`) applies both; a
+failure is a plugin fault, reported and skipped like an exception, so the decision falls
+to the next implementation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pluggy
 
@@ -40,6 +42,22 @@ PROJECT = "hpu_plugin"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+#: Meaning checks by hook name: ``check(answer, call arguments)`` is the problem in words,
+#: or ``None``. Declared beside each spec with :func:`meaning`.
+MEANING: dict[str, Callable[[Any, Mapping[str, Any]], str | None]] = {}
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def meaning(check: Callable[[Any, Mapping[str, Any]], str | None]) -> Callable[[_F], _F]:
+    """Declare what an answer of the decorated spec must mean besides its type."""
+
+    def declare(spec: _F) -> _F:
+        MEANING[spec.__name__] = check
+        return spec
+
+    return declare
+
 
 #: A ``torch.compile`` backend: a registered name or a callable.
 CompileBackend = str | Callable[..., Any]
@@ -99,6 +117,30 @@ def hpu_device_properties() -> DeviceProperties | None:
     """
 
 
+#: The backend the Gaudi software registers with dynamo as it loads: a plugin may name it
+#: before that has happened.
+GAUDI_COMPILE_BACKEND = "hpu_backend"
+
+
+def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    """A backend named by a string must be Gaudi's or one dynamo knows; otherwise
+    ``torch.compile`` fails later in dynamo without naming the plugin."""
+    if not isinstance(value, str) or value == GAUDI_COMPILE_BACKEND:
+        return None
+    if not value:
+        return "it named an empty compile backend"
+    try:
+        from torch._dynamo.backends import registry
+    except Exception:  # no dynamo to ask: the host reports what it cannot compile
+        return None
+    try:
+        registry.lookup_backend(value)
+    except Exception:
+        return f"it named the compile backend {value!r}, which torch._dynamo does not know"
+    return None
+
+
+@meaning(_compile_backend_problem)
 @hookspec(firstresult=True)
 def hpu_compile_backend(
     requested: CompileBackend | None, device_type: str
@@ -137,6 +179,30 @@ def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
     """
 
 
+_DEVICE = r"([a-z_]+)(?::([0-9]+))?"
+_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    """A device map must place modules on the device type asked for, the CPU or disk."""
+    import re
+
+    device_type = str(call.get("device_type", "hpu"))
+    allowed = {device_type, "cpu", "disk", "meta"}
+    if isinstance(value, str) and value in _MAP_STRATEGIES:
+        return None
+    entries = list(value.items()) if isinstance(value, dict) else [("", value)]
+    for key, where in entries:
+        if isinstance(where, int) and not isinstance(where, bool) and where >= 0:
+            continue
+        match = re.fullmatch(_DEVICE, str(where), re.ASCII)
+        if match is None or match.group(1) not in allowed:
+            return (f"its device map places {key or 'the model'!r} on {where!r}, which is "
+                    f"not a {device_type}, cpu or disk device")
+    return None
+
+
+@meaning(_device_map_problem)
 @hookspec(firstresult=True)
 def hpu_quantization_device_map(
     method: str,
@@ -158,6 +224,15 @@ def hpu_quantization_device_map(
     """
 
 
+def _buckets_problem(value: tuple[int, ...], call: Mapping[str, Any]) -> str | None:
+    """Buckets the host can pad to: ascending positive sizes, each once."""
+    if any(size <= 0 or isinstance(size, bool) for size in value) or list(value) != sorted(
+            set(value)):
+        return "bucket sizes must be ascending positive integers, each once"
+    return None
+
+
+@meaning(_buckets_problem)
 @hookspec(firstresult=True)
 def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[int, ...] | None:
     """The sizes a host pads a varying dimension up to, so a compiled graph sees few shapes.

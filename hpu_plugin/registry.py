@@ -1,37 +1,21 @@
-"""One PluginManager for the process: loads plugins, isolates their faults, answers hosts.
+"""One PluginManager for the process: loads plugins, guards them, answers the hosts.
 
-Plugins come from the ``hpu_plugin`` entry-point group only; the four first-party plugins
-are declared there by this package's own ``pyproject.toml``, so they load, order and
-disable exactly like a third party's. Switches (read once, when the registry is built;
-a value we cannot use raises :class:`ConfigurationError`, which activation logs):
+Plugins come from the ``hpu_plugin`` entry-point group only; the first-party plugins are
+declared there by this package's own ``pyproject.toml``, so they load, order and disable
+exactly like a third party's. Which may load is :mod:`hpu_plugin.switches`; finding and
+importing them is :mod:`hpu_plugin.loader`; every hook function is wrapped by
+:mod:`hpu_plugin.guard`.
 
-``HPU_PLUGIN_DISABLE=name,...``    skip these plugins, as pytest's ``-p no:name``
-                                   (``HPU_PLUGIN_DISABLE=1`` turns the whole package off)
-``HPU_PLUGIN_ONLY=name,...``       load only these plugins (first-party ones included)
-``HPU_PLUGIN_NO_THIRD_PARTY=1``    load no entry point outside this distribution
-``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is cut off (default 2)
+Order. pluggy asks wrappers, then ``tryfirst``, plain and ``trylast`` implementations;
+among equals it asks the plugin registered *last* first. Entry-point iteration order is
+not something to build on, so third-party plugins are registered first, in descending name
+order, then the first-party ones: among plain implementations the first-party plugin is
+asked first, third-party ones after it by ascending name.
 
-Names are entry-point names, as ``hpu-plugin plugins`` lists them, or ``distribution:name``.
-
-Order. pluggy asks ``tryfirst`` implementations, then plain ones, then ``trylast`` ones,
-with wrappers around them all; among equals it asks the plugin registered *last* first.
-Entry-point iteration order is not something to build on, so the registry fixes it:
-third-party plugins are registered first, in descending name order, then the first-party
-ones. Hence among plain implementations the first-party plugin is asked first, and
-third-party ones after it in ascending name order; a third party takes precedence only by
-asking for it (``tryfirst=True`` or a wrapper) and becomes a fallback with ``trylast=True``.
-
-Faults. A plugin that fails at import, is cut off by its import budget, raises in a hook
-(anything short of KeyboardInterrupt, ``SystemExit`` included) or returns a value the hook
-spec does not declare, or one the host cannot use, is reported once per kind of fault
-(name, distribution, version, exception) and skipped; the decision falls to the next
-implementation and the program goes on. Only :class:`hookspecs.Refusal` crosses the guard:
-it is a plugin's deliberate answer to the user, not a fault.
-
-The pieces live beside this module: :mod:`hpu_plugin.switches` (which plugins may load),
-:mod:`hpu_plugin.loader` (finding and importing them within the budget) and
-:mod:`hpu_plugin.guard` (the guard around every hook form); this module ties them to one
-PluginManager and answers the hosts.
+Faults. A plugin that fails at import, or whose hook faults (see :mod:`hpu_plugin.guard`),
+is reported once per kind of fault, naming it, its distribution and version and the
+``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on. A registered plugin
+with a fault shows as ``faulted``.
 """
 
 from __future__ import annotations
@@ -49,15 +33,8 @@ from typing import Any
 import pluggy
 
 from hpu_plugin import hookspecs
-from hpu_plugin.guard import HOOK_NAMES, RESULT_TYPES, conforms, guard, passes
-from hpu_plugin.loader import (
-    DIST_NAME,
-    ENTRY_POINT_GROUP,
-    ImportBudgetExceeded,
-    PluginRecord,
-    load_plugin,
-    record_for,
-)
+from hpu_plugin.guard import HOOK_NAMES, RESULT_TYPES, conforms, describe, guard, passes
+from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
 from hpu_plugin.reporting import Once
 from hpu_plugin.switches import (
@@ -87,6 +64,14 @@ def discover(path: list[str] | None = None) -> list[metadata.EntryPoint]:
     return _discover(path, warn=log.warning)
 
 
+class _Hooks(types.SimpleNamespace):
+    """A plugin's guarded hook functions, as pluggy sees them. Compared by identity: two
+    plugins without hooks are two plugins, not one registered twice."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+
 class Registry:
     """The process's plugins and the decisions hosts ask them for."""
 
@@ -102,24 +87,32 @@ class Registry:
     # -- loading ---------------------------------------------------------------------------
 
     def load_entry_points(self, entry_points: Iterable[metadata.EntryPoint] | None = None) -> None:
-        """Register every plugin of the ``hpu_plugin`` group that the switches allow.
+        """Register every plugin of the group that the switches allow, in the fixed order.
 
         First-party plugins claim their names before third-party ones, so a third party
-        that reuses a first-party name is the one refused; then plugins are registered in
-        the fixed order the module docstring explains.
+        reusing a first-party name is the one refused.
         """
         if entry_points is None:
             entry_points = discover()
-        pairs = [(ep, record_for(ep)) for ep in entry_points]
-        pairs.sort(key=lambda pair: (not pair[1].first_party, pair[1].name, pair[1].distribution))
-        accepted = [(ep, record) for ep, record in pairs if self._admit(record)]
+        pairs = sorted(((ep, record_for(ep)) for ep in entry_points),
+                       key=lambda p: (not p[1].first_party, p[1].name, p[1].distribution))
+        accepted = [pair for pair in pairs if self._admit(pair[1])]
         self._warn_unknown_names()
-        third = sorted((p for p in accepted if not p[1].first_party), key=lambda p: p[1].name)
-        first = sorted((p for p in accepted if p[1].first_party), key=lambda p: p[1].name)
-        for ep, record in [*reversed(third), *reversed(first)]:
+        loaded: dict[int, tuple[object, PluginRecord]] = {}  # by id: one module, two names
+        for ep, record in accepted:
             plugin = self._load(ep, record)
-            if plugin is not None:
-                self.register(plugin, record)
+            if plugin is None:
+                continue
+            if id(plugin) in loaded:
+                record.status = "failed"
+                record.reason = f"the same plugin as {loaded[id(plugin)][1].name!r}, loaded once"
+                self._report(record, "twice", record.reason + "; remove one of the two "
+                             "entry points")
+                continue
+            loaded[id(plugin)] = (plugin, record)
+        for plugin, record in sorted(loaded.values(), reverse=True,
+                                     key=lambda p: (not p[1].first_party, p[1].name)):
+            self.register(plugin, record)
 
     def _admit(self, record: PluginRecord) -> bool:
         """Record one entry point; may it load? A switch is asked first, so a plugin the
@@ -132,23 +125,16 @@ class Registry:
             record.status, record.reason = "disabled", refusal
             return False
         if duplicate is not None:
-            record.status = "failed"
-            record.reason = (
-                f"duplicate plugin name: {duplicate.distribution} {duplicate.version} already "
-                f"provides {record.name!r}"
-            )
-            self._report(record, "duplicate", record.reason + "; skipped. Turn this one off "
-                         f"with {ENV_DISABLE}={disable_value(record)}")
-            return False
-        if not NAME.match(record.name):
-            record.status = "failed"
-            record.reason = (
-                f"entry-point name {record.name!r} cannot be named in {ENV_DISABLE}: "
-                "use letters, digits, '_', '-', '.' and '+' only"
-            )
-            self._report(record, "name", record.reason + "; skipped")
-            return False
-        return True
+            why = (f"duplicate plugin name: {duplicate.distribution} {duplicate.version} "
+                   f"already provides {record.name!r}")
+        elif not NAME.match(record.name):
+            why = (f"entry-point name {record.name!r} cannot be named in {ENV_DISABLE}: use "
+                   "letters, digits, '_', '-', '.' and '+' only")
+        else:
+            return True
+        record.status, record.reason = "failed", why
+        self._report(record, "admit", why + "; skipped")
+        return False
 
     def _warn_unknown_names(self) -> None:
         """A switch naming no installed plugin is a likely typo: say so, do not fail."""
@@ -156,86 +142,78 @@ class Registry:
         for variable, unknown in self.selection.unknown(list(self.records.values())).items():
             log.warning(
                 "hpu_plugin: %s names %s, which no installed plugin is called; installed "
-                "plugins: %s", variable, ", ".join(map(repr, unknown)),
+                "plugins: %s", variable, ", ".join(map(describe, unknown)),
                 ", ".join(known) or "none",
             )
 
     def _load(self, ep: metadata.EntryPoint, record: PluginRecord) -> object | None:
-        """Import one plugin within the import budget; ``None`` (reported) when it failed."""
-        budget = self.selection.import_budget
-        start = time.perf_counter()
+        """Import one plugin, timed; ``None`` (reported) when it failed."""
+        start, before = time.perf_counter(), set(threading.enumerate())
         try:
-            plugin, record.import_seconds = load_plugin(ep, budget)
-        except ImportBudgetExceeded:
-            record.import_seconds = time.perf_counter() - start
-            record.status = "failed"
-            record.reason = (f"import did not finish within the {budget:g} s budget "
-                             f"({ENV_IMPORT_BUDGET}) and was cut off")
-            self._report(record, "slow", record.reason + f"; skipped. Disable it with "
-                         f"{ENV_DISABLE}={disable_value(record)}, or raise {ENV_IMPORT_BUDGET}")
-            return None
+            plugin, record.import_seconds = load_plugin(ep)
         except BaseException as exc:  # a broken plugin must not break the program
             if isinstance(exc, KeyboardInterrupt):
                 raise
             record.import_seconds = time.perf_counter() - start
-            record.status, record.reason = "failed", f"import failed: {exc!r}"
-            self._report(record, "import", f"failed to import: {exc!r}; skipped", exc)
+            record.status, record.reason = "failed", f"import failed: {describe(exc)}"
+            self._report(record, "import", record.reason + "; skipped", exc)
             return None
+        threads = [t.name for t in threading.enumerate() if t not in before and not t.daemon]
+        if threads:
+            self._report(record, "thread", f"left the non-daemon thread(s) {describe(threads)} "
+                         "running after its import: the program cannot exit while they run")
+        budget = self.selection.import_budget
+        if record.import_seconds > budget:
+            self._report(record, "slow", f"took {record.import_seconds:.1f} s to import, more "
+                         f"than {ENV_IMPORT_BUDGET}={budget:g}; every `import torch` pays it")
         return plugin
 
     def register(self, plugin: object, record: PluginRecord) -> None:
-        """Register ``plugin`` behind a guard that isolates each of its hook functions.
+        """Register ``plugin`` (a module, a class or an instance) behind the guard.
 
-        ``plugin`` is a module, a class (static and class methods) or an instance. pluggy
-        sees a namespace of guarded functions that carry the plugin's own hookimpl options
-        and signatures, so ordering and argument selection are pluggy's own.
+        pluggy sees a namespace of guarded functions carrying the plugin's own hookimpl
+        options and signatures, so ordering and argument selection are pluggy's own.
         """
         self.records.setdefault(record.name, record)
-        guarded = types.SimpleNamespace()
-        hooks: list[str] = []
+        guarded, hooks = _Hooks(), []
         report = functools.partial(self._report, record)
         for attr, function, opts in _hook_functions(plugin):
             hook = opts.get("specname") or attr
-            if hook not in HOOK_NAMES and not opts.get("optionalhook"):
-                record.status = "failed"
-                record.reason = f"implements {hook!r}, which no hpu_plugin hook spec declares"
-                self._report(record, "register", record.reason + "; skipped")
+            problem = (f"implements {hook!r}, which no hpu_plugin hook spec declares"
+                       if hook not in HOOK_NAMES and not opts.get("optionalhook") else
+                       f"implements {hook!r} as an old-style hookwrapper; write "
+                       "@hookimpl(wrapper=True)" if opts.get("hookwrapper") else "")
+            if problem:
+                record.status, record.reason = "failed", problem
+                self._report(record, "register", problem + "; skipped")
                 return
             setattr(guarded, attr, guard(hook, function, opts, report))
             hooks.append(hook)
         try:
             self.pm.register(guarded, name=record.name)
         except Exception as exc:  # e.g. an argument name the spec does not have
-            record.status, record.reason = "failed", f"rejected by pluggy: {exc}"
-            self._report(record, "register", record.reason + "; skipped", exc)
+            record.status, record.reason = "failed", f"rejected by pluggy: {describe(exc)}"
+            self._report(record, "register", record.reason + "; skipped")
             return
         record.hooks = hooks
 
     def _report(
         self, record: PluginRecord, kind: str, message: str, exc: BaseException | None = None
     ) -> None:
-        """Log a fault once per plugin and kind; keep it on the record for the CLI.
-
-        A registered plugin with a fault shows as ``faulted``: it is still asked (a fault
-        may depend on the input), but a listing must not call it plainly enabled.
-        """
+        """Log a fault once per plugin and kind, with the fix; keep it on the record."""
         if not self._reported.first((record.name + "\0" + record.distribution, kind)):
             return
-        if ENV_DISABLE + "=" not in message:  # every report says how to turn it off
-            message += f" (turn it off with {ENV_DISABLE}={disable_value(record)})"
-        log.warning(
-            "hpu_plugin: plugin %r (%s %s) %s", record.name, record.distribution,
-            record.version, message,
-        )
+        fix = disable_value(record)
+        message += f" (turn it off with {ENV_DISABLE}={fix})" if fix else ""
+        log.warning("hpu_plugin: plugin %r (%s %s) %s", record.name, record.distribution,
+                    record.version, message)
         if exc is not None:
             log.debug("hpu_plugin: traceback of plugin %r", record.name,
                       exc_info=(type(exc), exc, exc.__traceback__))
         if record.status in ("enabled", "faulted"):
             record.faults.append(message)
-            if record.status == "enabled" and self.pm.has_plugin(record.name):
-                record.status = "faulted"
-            if not record.reason:
-                record.reason = message
+            record.status = "faulted"
+            record.reason = record.reason or message
 
     # -- decisions -------------------------------------------------------------------------
 
@@ -251,59 +229,37 @@ class Registry:
         return self._available
 
     def device_properties(self) -> hookspecs.DeviceProperties | None:
-        if not self.device_available():
-            return None
-        result: hookspecs.DeviceProperties | None = self.pm.hook.hpu_device_properties()
-        return result
+        return self.pm.hook.hpu_device_properties() if self.device_available() else None
 
-    def compile_backend(
-        self, requested: hookspecs.CompileBackend | None, device_type: str
-    ) -> hookspecs.CompileBackend | None:
-        result: hookspecs.CompileBackend | None = self.pm.hook.hpu_compile_backend(
-            requested=requested, device_type=device_type
-        )
-        return result
+    def compile_backend(self, requested: hookspecs.CompileBackend | None, device_type: str
+                        ) -> hookspecs.CompileBackend | None:
+        return self.pm.hook.hpu_compile_backend(requested=requested, device_type=device_type)
 
     def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
-        result: str | None = self.pm.hook.hpu_ddp_backend(
-            requested=requested, device_type=device_type
-        )
-        return result
+        return self.pm.hook.hpu_ddp_backend(requested=requested, device_type=device_type)
 
     def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins
         (the registry's own knowledge), for the pre-flight check across ranks."""
         from hpu_plugin import __version__
 
-        facts = {
-            "hpu-plugin version": __version__,
-            "enabled plugins": ",".join(sorted(n for n, _ in self.pm.list_name_plugin() if n)),
-        }
+        facts = {"hpu-plugin version": __version__, "enabled plugins": ",".join(
+            sorted(n for n, _ in self.pm.list_name_plugin() if n))}
         for part in reversed(self.pm.hook.hpu_job_facts(environ=environ)):
             facts.update(part or {})
         return facts
 
     def quantization_device_map(
-        self,
-        method: str,
-        bits: int,
-        device_map: hookspecs.DeviceMap | None,
-        device_type: str,
+        self, method: str, bits: int, device_map: hookspecs.DeviceMap | None, device_type: str,
         options: Mapping[str, Any] | None = None,
     ) -> hookspecs.DeviceMap | None:
-        result: hookspecs.DeviceMap | None = self.pm.hook.hpu_quantization_device_map(
+        return self.pm.hook.hpu_quantization_device_map(
             method=method, bits=bits, device_map=device_map, device_type=device_type,
-            options=dict(options or {}),
-        )
-        return result
+            options=dict(options or {}))
 
-    def shape_buckets(
-        self, kind: str, device_type: str, limit: int | None
-    ) -> tuple[int, ...] | None:
-        result: tuple[int, ...] | None = self.pm.hook.hpu_shape_buckets(
-            kind=kind, device_type=device_type, limit=limit
-        )
-        return result
+    def shape_buckets(self, kind: str, device_type: str, limit: int | None
+                      ) -> tuple[int, ...] | None:
+        return self.pm.hook.hpu_shape_buckets(kind=kind, device_type=device_type, limit=limit)
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -316,23 +272,11 @@ class Registry:
         return [name for name, _ in self.call_order_detail(hook)]
 
     def call_order_detail(self, hook: str) -> list[tuple[str, str]]:
-        """``(plugin name, kind)`` pairs in call order; kind is ``wrapper``, ``hookwrapper``,
-        ``tryfirst``, ``plain`` or ``trylast``."""
-        caller = getattr(self.pm.hook, hook)
-        order = []
-        for impl in reversed(caller.get_hookimpls()):
-            if impl.hookwrapper:
-                kind = "hookwrapper"
-            elif impl.wrapper:
-                kind = "wrapper"
-            elif impl.tryfirst:
-                kind = "tryfirst"
-            elif impl.trylast:
-                kind = "trylast"
-            else:
-                kind = "plain"
-            order.append((impl.plugin_name, kind))
-        return order
+        """``(plugin name, kind)`` pairs in call order; kind is ``wrapper``, ``tryfirst``,
+        ``plain`` or ``trylast``."""
+        return [(impl.plugin_name, next((k for k in ("wrapper", "tryfirst", "trylast")
+                                          if getattr(impl, k)), "plain"))
+                for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls())]
 
 
 def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], Mapping[str, Any]]]:
@@ -358,21 +302,33 @@ def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], M
 
 
 _registry: Registry | None = None
-_registry_lock = threading.Lock()
+_registry_lock = threading.RLock()
+_building = threading.local()
 
 
 def get_registry() -> Registry:
     """The process's registry, built and loaded on first use.
 
     Raises :class:`ConfigurationError` when a switch holds a bad value; nothing is cached
-    then, so a corrected environment is read on the next call.
+    then, so a corrected environment is read on the next call. A plugin whose import
+    starts ``import torch`` while the registry is built outside it (a tool that built it
+    before importing torch) reaches here again: that is refused with the fix, where it
+    used to wait on the lock for ever.
     """
     global _registry
     if _registry is None:
         with _registry_lock:
             if _registry is None:
-                registry = Registry()
-                registry.load_entry_points()
+                if getattr(_building, "on", False):
+                    raise RuntimeError(
+                        "a plugin's import started `import torch` while the plugin registry "
+                        "was being built outside it; import torch before asking for the "
+                        "registry")
+                _building.on = True
+                try:
+                    registry = Registry()
+                    registry.load_entry_points()
+                finally:
+                    _building.on = False
                 _registry = registry
     return _registry
-

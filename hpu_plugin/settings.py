@@ -72,8 +72,16 @@ class SettingError(PortableError, ValueError):
     def __init__(self, variable: str, value: str, accepted: str, fix: str = "") -> None:
         self.variable, self.value, self.accepted = variable, value, accepted
         self.fix = fix or f"set {variable} to {accepted}, or unset it"
-        super().__init__(f"{variable}={value!r} is not usable; accepted: {accepted}; "
+        super().__init__(f"{variable}={quoted(value)} is not usable; accepted: {accepted}; "
                          f"fix: {self.fix}")
+
+
+def quoted(value: str, limit: int = 120) -> str:
+    """A setting's value as an error echoes it: quoted, and cut when long, so a 100 kB
+    value (a pasted file, a runaway script) cannot bury the message and its fix."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:

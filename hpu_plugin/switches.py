@@ -4,13 +4,12 @@
                                    (``HPU_PLUGIN_DISABLE=1`` turns the whole package off)
 ``HPU_PLUGIN_ONLY=name,...``       load only these plugins (first-party ones included)
 ``HPU_PLUGIN_NO_THIRD_PARTY=1``    load no entry point outside this distribution
-``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is cut off (default 2)
+``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is reported (default 2)
 
 A name is an entry-point name as ``hpu-plugin plugins`` lists it, or, to pick one
-distribution's plugin when two distributions use the same name, ``distribution:name``
-(``distribution:*`` for all of that distribution's plugins, also those whose entry-point
-name cannot be written in a comma-separated list). A value we cannot use raises
-:class:`ConfigurationError`, naming the variable and the accepted form.
+distribution's plugin when two distributions use the same name, ``distribution:name``.
+A value we cannot use raises :class:`ConfigurationError`, naming the variable and the
+accepted form.
 """
 
 from __future__ import annotations
@@ -27,18 +26,18 @@ ENV_DISABLE = "HPU_PLUGIN_DISABLE"
 ENV_ONLY = "HPU_PLUGIN_ONLY"
 ENV_NO_THIRD_PARTY = "HPU_PLUGIN_NO_THIRD_PARTY"
 ENV_IMPORT_BUDGET = "HPU_PLUGIN_IMPORT_BUDGET"
-#: Seconds a plugin may spend being imported. Its import runs inside ``import torch``, so a
-#: plugin over budget would cost every program that time; it is cut off and skipped so that
-#: a report points at it and the user can disable it, rather than it going on unnoticed.
+#: Seconds a plugin may spend being imported before it is reported. Its import runs inside
+#: ``import torch``, so a slow plugin costs every program that time: the report names it so
+#: the user can disable it, rather than it going on unnoticed.
 DEFAULT_IMPORT_BUDGET = 2.0
 #: Longest budget accepted: a budget is a bound on a wait inside ``import torch``.
 MAX_IMPORT_BUDGET = 600.0
 
 #: Characters an entry-point name may have if a comma-separated switch is to name it.
 NAME = re.compile(r"^[\w.+-]+$")
-_QUALIFIED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*):(\*|[\w.+-]+)$")
-_FORM = ("plugin names as `hpu-plugin plugins` shows them, or distribution:name "
-         "(distribution:* for all of one distribution's plugins), separated by commas")
+_QUALIFIED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*):([\w.+-]+)$")
+_FORM = ("plugin names as `hpu-plugin plugins` shows them, or distribution:name, "
+         "separated by commas")
 
 
 class ConfigurationError(ValueError):
@@ -47,11 +46,12 @@ class ConfigurationError(ValueError):
 
 def disable_value(record: PluginRecord) -> str:
     """The ``HPU_PLUGIN_DISABLE`` value that turns off exactly this plugin, and that
-    :func:`names` accepts (what ``hpu-plugin doctor`` prints as a fix)."""
-    dist = normalise(record.distribution)
-    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", dist):
-        return record.name
-    return f"{dist}:{record.name if NAME.match(record.name) else '*'}"
+    :func:`names` accepts (what ``hpu-plugin doctor`` prints as a fix); "" for a name no
+    list can hold, whose plugin never loads."""
+    value = f"{normalise(record.distribution)}:{record.name}"
+    if _QUALIFIED.match(value):
+        return value
+    return record.name if NAME.match(record.name) else ""  # unwritable: refused at load
 
 
 def names(environ: Mapping[str, str], variable: str) -> frozenset[str]:
@@ -60,24 +60,23 @@ def names(environ: Mapping[str, str], variable: str) -> frozenset[str]:
     if settings.is_off(raw):
         return frozenset()
     listed = [part.strip() for part in raw.split(",") if part.strip()]
+    setting, quoted = f"{variable}={settings.quoted(raw)}", settings.quoted
     for name in listed:
         if name.lower() in settings.ON_WORDS:
             raise ConfigurationError(
-                f"{variable}={raw!r} mixes the switch {name!r} with plugin names: set "
+                f"{setting} mixes the switch {quoted(name)} with plugin names: set "
                 f"{variable}=1 alone to turn hpu-plugin off, or list only {_FORM}."
                 if variable == ENV_DISABLE
-                else f"{variable}={raw!r} contains {name!r}, which is a switch value, not a "
+                else f"{setting} contains {quoted(name)}, which is a switch value, not a "
                 f"plugin name: list {_FORM}, or unset it."
             )
         if not NAME.match(name) and not _QUALIFIED.match(name):
             raise ConfigurationError(
-                f"{variable}={raw!r}: {name!r} cannot be a plugin name (letters, digits, "
+                f"{setting}: {quoted(name)} cannot be a plugin name (letters, digits, "
                 f"'_', '-', '.' and '+' only): list {_FORM}."
             )
     if not listed:
-        raise ConfigurationError(
-            f"{variable}={raw!r} names no plugin: list {_FORM}, or unset {variable}."
-        )
+        raise ConfigurationError(f"{setting} names no plugin: list {_FORM}, or unset {variable}.")
     return frozenset(_canonical(name) for name in listed)
 
 
@@ -87,8 +86,7 @@ def _canonical(name: str) -> str:
 
 
 def _matches(listed: frozenset[str], record: PluginRecord) -> bool:
-    dist = normalise(record.distribution)
-    return bool({record.name, f"{dist}:{record.name}", f"{dist}:*"} & listed)
+    return bool({record.name, f"{normalise(record.distribution)}:{record.name}"} & listed)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpu_plugin import settings
 from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
@@ -292,7 +293,8 @@ def check_plugins(doctor: Doctor) -> list[Finding]:
             "plugins",
             "warning",
             f"plugin {p['name']!r} ({p['distribution']}) {p['status']}: {p['reason']}",
-            f"fix or uninstall {p['distribution']}, or HPU_PLUGIN_DISABLE={p['disable_with']}",
+            f"fix or uninstall {p['distribution']}"
+            + (f", or HPU_PLUGIN_DISABLE={p['disable_with']}" if p["disable_with"] else ""),
         )
         for p in plugins["plugins"]
         if p["status"] in ("failed", "faulted")
@@ -334,11 +336,25 @@ def _credible(doctor: Doctor, finding: Finding) -> bool:
 
 
 def collect_doctor(job: Job) -> dict[str, Any]:
-    """Run every rule; ``ok`` is false when any finding is an error."""
+    """Run every rule; ``ok`` is false when any finding is an error.
+
+    Third-party plugins are first imported in a child (:mod:`.imports`): one whose import
+    ends or stops the process is named, and kept out of this process's own ``import torch``
+    so that the other rules still run.
+    """
+    import os
+
+    from hpu_plugin.diagnostics.imports import probe_imports
+
+    first, fatal = probe_imports()
+    if fatal:
+        listed = os.environ.get("HPU_PLUGIN_DISABLE", "")
+        listed = "" if settings.is_off(listed) else listed
+        os.environ["HPU_PLUGIN_DISABLE"] = ",".join(filter(None, [listed, *fatal]))
     activation = probe.import_torch()
     # after activation: the environment then holds the plugin's defaults
     doctor = Doctor(probe.environ_with_defaults(), job, activation)
-    findings = [f for rule in RULES for f in rule(doctor) if _credible(doctor, f)]
+    findings = first + [f for rule in RULES for f in rule(doctor) if _credible(doctor, f)]
     errors = sum(f.severity == "error" for f in findings)
     return {
         "ok": errors == 0,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpu_plugin.diagnostics.probe import HOOKS
+from hpu_plugin.diagnostics.probe import HOOKS, import_torch
 
 
 def collect_plugins() -> dict[str, Any]:
     from hpu_plugin.registry import disable_value, get_registry
 
+    import_torch()  # where a program builds the registry (nothing with no Gaudi to look at)
     try:
         registry = get_registry()
     except Exception as exc:

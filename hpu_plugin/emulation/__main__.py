@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     except EmulationError as exc:
         print(f"hpu_plugin: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("hpu_plugin: interrupted; the build was stopped and left nothing behind",
+              file=sys.stderr)
+        return 130
     print(build.build_dir())
     return 0
 

@@ -13,17 +13,23 @@ too, so it never reads a build in progress.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from hpu_plugin.emulation import cache
 from hpu_plugin.emulation.errors import EmulationError
@@ -127,6 +133,13 @@ def _check_compiler() -> None:
 
 def _explain(exc: BaseException, directory: Path) -> str:
     text = str(exc)
+    if "No space left on device" in text:
+        return (
+            f"compiling the Gaudi emulator ran out of disk space (No space left on device) in "
+            f"{cache_root()} or the temporary folder ({tempfile.gettempdir()}); fix: free space "
+            "there, or set HPU_PLUGIN_CACHE_DIR (or TMPDIR) to a disk with space, then run "
+            "`python -m hpu_plugin.emulation build`"
+        )
     if "Killed" in text or "out of memory" in text.lower() or "virtual memory" in text:
         return (
             "compiling the Gaudi emulator ran out of memory (it needs about 2 GB); fix: free "
@@ -206,32 +219,86 @@ def rebuild(*, verbose: bool = False) -> Path:
     return directory
 
 
+#: What the compiling child runs: torch's extension builder, into the staging directory.
+_CHILD = """
+import sys
+from torch.utils.cpp_extension import load
+load(name=sys.argv[1], sources=sys.argv[4:], extra_cflags=sys.argv[3].split(),
+     build_directory=sys.argv[2], with_cuda=False, verbose=True)
+"""
+
+
 def _compile(staging: Path, *, verbose: bool) -> ModuleType:
+    """Compile in a child process of its own session, so that an interruption (Ctrl-C,
+    SIGTERM) ends the whole build, ninja and every compiler it started, and removes the
+    staging directory; a process killed without a chance to clean up (SIGKILL) leaves a
+    staging directory that the next build ignores."""
     sys.stderr.write(
         f"hpu_plugin: compiling the Gaudi emulator for torch {_torch_version()} "
         f"(once, about a minute) into {staging.parent} ...\n"
     )
     sys.stderr.flush()
-    try:
-        from torch.utils.cpp_extension import load as cpp_load
-
-        module = cpp_load(
-            name=NAME,
-            sources=[str(CSRC / name) for name in SOURCES],
-            extra_cflags=list(CFLAGS),
-            build_directory=str(staging),
-            with_cuda=False,
-            verbose=verbose,
-        )
-    except EmulationError:
+    env = {**os.environ, "HPU_PLUGIN_DISABLE": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    command = [sys.executable, "-c", _CHILD, NAME, str(staging), " ".join(CFLAGS),
+               *(str(CSRC / name) for name in SOURCES)]
+    with tempfile.TemporaryFile() as out, _terminate_as_interrupt():
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            code = proc.wait()
+        except BaseException:
+            _end_group(proc)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        out.seek(0)
+        text = out.read().decode(errors="replace")
+    if verbose:
+        sys.stderr.write(text)
+    if code != 0:
+        message = _explain(RuntimeError(text), build_dir())
         shutil.rmtree(staging, ignore_errors=True)
-        raise
-    except (Exception, SystemExit) as exc:
-        message = _explain(exc, build_dir())
-        shutil.rmtree(staging, ignore_errors=True)
-        raise EmulationError(message) from exc
+        raise EmulationError(message)
     sys.stderr.write("hpu_plugin: the Gaudi emulator is built.\n")
-    return module
+    return _import_library(_library(staging))
+
+
+def _end_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the compiling child's session: ninja, c++ and cc1plus with it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=5)
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            continue
+        return
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM during the build unwinds like Ctrl-C (so the build is cleaned up), then ends
+    the process by SIGTERM as it would have."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(
+            signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    terminated = []
+
+    def interrupt(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    except KeyboardInterrupt:
+        if terminated:
+            sys.stderr.write("hpu_plugin: the emulator build was terminated and cleaned up.\n")
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _torch_version() -> str:

@@ -85,6 +85,8 @@ _DTYPES = {
     "torch.float32": "fp32",
     "no": "fp32",
 }
+#: Every precision name ``check_dtype`` knows (what ``doctor --dtype`` accepts).
+DTYPE_NAMES = frozenset(_DTYPES)
 
 
 def check_dtype(generation: Generation, dtype: str, variable: str = "mixed_precision") -> None:

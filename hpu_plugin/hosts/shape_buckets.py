@@ -96,19 +96,9 @@ def max_positions(model: Any) -> int | None:
 
 
 def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
-    """The registry's buckets; a malformed answer is reported once and means no buckets."""
-    answer = registry.shape_buckets(kind, DEVICE_TYPE, limit)
-    if answer is None:
-        return ()
-    sizes = tuple(answer)
-    if not all(isinstance(s, int) and s > 0 for s in sizes) or list(sizes) != sorted(set(sizes)):
-        say_once(
-            f"bad-buckets-{kind}", logging.WARNING,
-            "hpu_plugin: hpu_shape_buckets(%r) returned %r, not ascending positive sizes; "
-            "%s shapes are not bucketed.", kind, answer, kind,
-        )
-        return ()
-    return sizes
+    """The registry's buckets (the guard refuses, naming the plugin, any that are not
+    ascending positive sizes); none when no plugin has an opinion."""
+    return registry.shape_buckets(kind, DEVICE_TYPE, limit) or ()
 
 
 # -- the compilation counter ----------------------------------------------------------------

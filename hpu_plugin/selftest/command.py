@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -114,13 +115,54 @@ def _environment_problem() -> str:
     return ""
 
 
+class Interrupted(Exception):
+    """SIGTERM, turned into an exception so that the runner ends its check on the way out."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
 def run(args: argparse.Namespace) -> int:
+    """Run the checks; Ctrl-C or SIGTERM stops the check running (and its workers) and
+    exits 130 or 143, as a shell reports those signals, with one line and no traceback."""
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\nhpu-plugin selftest: interrupted (Ctrl-C); the running check was stopped",
+              file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Interrupted:
+        print("hpu-plugin selftest: terminated (SIGTERM); the running check was stopped",
+              file=sys.stderr)
+        return 128 + signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _report_problem(path: str) -> str:
+    """Why the report cannot be written to ``path`` ("" when it can): tried now, by writing
+    a placeholder, so a missing folder or a full disk is said before the checks run."""
+    try:
+        with open(path, "w") as handle:
+            handle.write('{"status": "running"}\n')
+    except OSError as exc:
+        return (f"--report {path}: {exc.strerror or exc}; give a file path in an existing, "
+                "writable folder with free space")
+    return ""
+
+
+def _run(args: argparse.Namespace) -> int:
     start = time.monotonic()
     try:
         checks = catalog.select(args.only, args.skip)
         faults.parse()
         if args.time_limit is not None and not args.time_limit > 0:
             raise ValueError(f"--time-limit {args.time_limit:g}: give a number of seconds above 0")
+        problem = _report_problem(args.report) if args.report else ""
+        if problem:
+            raise ValueError(problem)
     except ValueError as exc:
         print(f"hpu-plugin selftest: {exc}", file=sys.stderr)
         return 2
@@ -142,10 +184,15 @@ def run(args: argparse.Namespace) -> int:
     status = _exit_status(outcomes, problem)
     doc = document(outcomes, probe, placement.to_dict() if placement else {}, status, problem,
                    time.monotonic() - start)
+    written = ""
     if args.report:
-        with open(args.report, "w") as handle:
-            json.dump(doc, handle, indent=2, default=str)
+        try:
+            with open(args.report, "w") as handle:
+                json.dump(doc, handle, indent=2, default=str)
+            written = f"report written to {args.report}: attach it to your issue"
+        except OSError as exc:
+            written = f"hpu-plugin selftest: could not write --report {args.report}: {exc}"
     print(json.dumps(doc, indent=2, default=str) if args.json else table(doc))
-    if args.report and not args.json:
-        print(f"report written to {args.report}: attach it to your issue")
+    if written and not args.json:
+        print(written)
     return status

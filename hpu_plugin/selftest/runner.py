@@ -1,8 +1,9 @@
 """Runs one check in its own process group with a time limit, and judges what came back.
 
 Output goes to temporary files, not pipes: a grandchild that outlives a killed check could
-hold a pipe open and hang the runner. On the limit the whole process group is ended
-(SIGTERM, then SIGKILL after a grace period), so no worker of the check survives it.
+hold a pipe open and hang the runner. On the limit, or when the runner itself is
+interrupted (Ctrl-C, SIGTERM), the whole process group is ended (SIGTERM, then SIGKILL
+after a grace period), so no worker of the check survives it.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ def run_check(
         try:
             code: int | None = proc.wait(timeout=limit)
             timed_out = False
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:  # Ctrl-C or SIGTERM: the check and its workers go too
+            if not isinstance(exc, subprocess.TimeoutExpired):
+                _end_group(proc)
+                raise
+
             _end_group(proc)
             code, timed_out = None, True
         else:

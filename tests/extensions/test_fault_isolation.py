@@ -42,9 +42,9 @@ FAULTS = {
         from hpu_plugin.hookspecs import hookimpl
 
         @hookimpl(tryfirst=True)
-        def hpu_device_available():
-            return False
-        """, "within the 1 s budget"),
+        def hpu_ddp_backend(requested, device_type):
+            return None
+        """, "more than HPU_PLUGIN_IMPORT_BUDGET=1"),
     "raise": ("""
         from hpu_plugin.hookspecs import hookimpl
 

@@ -23,10 +23,12 @@ import pytest
 from distributions import pip_installed
 from extensions.conftest import NEUTRAL_CWD
 
-#: The gate every generated plugin starts with.
-GATE = 'import os\nACTIVE = os.environ.get("HPU_FAULT_CASE") == {name!r}\n'
+#: The gate every generated plugin starts with (``HPU_FAULT_CASE`` may list several).
+GATE = 'import os\nACTIVE = {name!r} in os.environ.get("HPU_FAULT_CASE", "").split(",")\n'
 
-#: Import-time faults: the body runs at import when the case is active.
+_BAD_REPR = ("class Bad(Exception):\n    def __repr__(self):\n        raise RuntimeError('repr')"
+             "\n    __str__ = __repr__\n")
+#: Import-time faults the registry contains: the body runs at import when the case is active.
 IMPORT_FAULTS: dict[str, str] = {
     "imp_exit": "import sys\nsys.exit(3)",
     "imp_exit_none": "import sys\nsys.exit()",
@@ -34,14 +36,18 @@ IMPORT_FAULTS: dict[str, str] = {
     "imp_genexit": "raise GeneratorExit('misused at import')",
     "imp_error": "raise RuntimeError('broken at import')",
     "imp_missing": "import hpu_fault_no_such_module_xyz",
-    "imp_sleep_forever": "import time\ntime.sleep(3600)",
-    "imp_slow": "import time\ntime.sleep(30)",
+    "imp_repr_raises": _BAD_REPR + "raise Bad()",
+    "imp_repr_huge": "raise ValueError('x' * 100_000)",
+    "imp_slow": "import time\ntime.sleep(1.5)",
+    "imp_thread": "import threading, time\nthreading.Thread(target=time.sleep, args=(2,)).start()",
+}
+#: Import faults no process can contain (it never returns, or ends the process):
+#: ``hpu-plugin doctor`` names them, importing each plugin in a child of its own.
+FATAL_IMPORTS: dict[str, str] = {
     "imp_loop": "while True:\n    pass",
-    "imp_swallows": ("import time\nfor _ in range(5):\n    try:\n        time.sleep(3600)\n"
-                     "    except BaseException:\n        pass\ntime.sleep(3600)"),
     "imp_torch_then_hang": "import torch\nimport time\ntime.sleep(3600)",
-    "imp_thread_hang": ("import threading, time\nthreading.Thread(target=time.sleep, "
-                        "args=(3600,), daemon=True).start()\ntime.sleep(3600)"),
+    "imp_os_exit": "os._exit(7)",
+    "imp_abort": "os.abort()",
 }
 
 #: Hook-time faults in real programs: (hookimpl options, hook, body of the active branch).
@@ -57,27 +63,31 @@ HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
     "compile_bogus": ("tryfirst=True", _COMPILE, "return 'bogus'"),
     "ddp_exit_plain": ("tryfirst=True", _DDP, "import sys; sys.exit(0)"),
     "ddp_exit_after": ("wrapper=True", _DDP, "yield\nimport sys; sys.exit(0)"),
-    "ddp_exit_hookwrapper": ("hookwrapper=True", _DDP, "import sys; sys.exit(0)\nyield"),
+    "compile_recursion": ("tryfirst=True", _COMPILE,
+                          "import torch\ntorch.compile(lambda x: x * 2)(torch.ones(2))"),
     "avail_exit": ("tryfirst=True", _AVAIL, "import sys; sys.exit(0)"),
     "avail_base": ("tryfirst=True", _AVAIL, "raise type('Boom', (BaseException,), {})()"),
     "environ_exit": ("", _ENVIRON, "import sys; sys.exit(0)"),
 }
-FAULTS = sorted([*IMPORT_FAULTS, *HOOK_FAULTS])
+#: Hook faults that only a job of several ranks reaches: (options, hook, body).
+RANK_FAULTS: dict[str, tuple[str, str, str]] = {
+    "facts_object": ("", "hpu_job_facts(environ)", "return {'x': object()}"),
+}
+FAULTS = sorted([*IMPORT_FAULTS, *FATAL_IMPORTS, *HOOK_FAULTS, *RANK_FAULTS])
 FAULT_DIST = "hpu-fault-plugins"
 NAMES_DIST = "hpu-fault-names"
 
 
 def _inert(hook: str, opts: str) -> str:
-    if "wrapper" in opts:
-        return "yield" if "hookwrapper" in opts else "return (yield)"
-    return "return None"
+    return "return (yield)" if "wrapper" in opts else "return None"
 
 
 def _module(name: str) -> str:
     source = GATE.format(name=name) + "from hpu_plugin.hookspecs import hookimpl\n\n"
-    if name in IMPORT_FAULTS:
-        return source + "if ACTIVE:\n" + textwrap.indent(IMPORT_FAULTS[name], "    ") + "\n"
-    opts, signature, body = HOOK_FAULTS[name]
+    body = IMPORT_FAULTS.get(name) or FATAL_IMPORTS.get(name)
+    if body:
+        return source + "if ACTIVE:\n" + textwrap.indent(body, "    ") + "\n"
+    opts, signature, body = HOOK_FAULTS.get(name) or RANK_FAULTS[name]
     return source + (
         f"\n@hookimpl({opts})\ndef {signature}:\n"
         f"    if ACTIVE:\n{textwrap.indent(body, '        ')}\n"
@@ -121,9 +131,11 @@ def fault_plugins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str
     quiet = "from hpu_plugin.hookspecs import hookimpl\n"
     names = _distribution(
         root, NAMES_DIST, "hpu_fault_names",
-        {"collide": quiet, "badname": quiet, "torchy": "import torch\n" + quiet},
+        {"collide": quiet, "badname": quiet, "torchy": "import torch\n" + quiet,
+         "nohooks": quiet, "nohooks2": quiet},
         {"device": "hpu_fault_names.collide", "bad;name": "hpu_fault_names.badname",
-         "imports_torch": "hpu_fault_names.torchy"},
+         "imports_torch": "hpu_fault_names.torchy", "no_hooks_a": "hpu_fault_names.nohooks",
+         "no_hooks_b": "hpu_fault_names.nohooks2", "same_module": "hpu_fault_names.nohooks"},
     )
     with pip_installed({FAULT_DIST: faults, NAMES_DIST: names}):
         yield FAULTS

@@ -1,10 +1,10 @@
 """One guard for every hook form: whatever a plugin raises short of KeyboardInterrupt, in
 any form of hook, is reported once naming it, and the decision falls to the next plugin.
 
-Every form (plain, tryfirst, trylast, new-style wrapper before or after its yield,
-old-style hookwrapper before or after) times every kind of exception a hook can end with
-(``sys.exit()`` with a code or a message, a misused ``GeneratorExit``, a bare
-``BaseException`` subclass, an ordinary error, a stray ``StopIteration``), on two hooks.
+Every form (plain, tryfirst, trylast, wrapper before or after its yield) times every kind
+of exception a hook can end with (``sys.exit()`` with a code or a message, a misused
+``GeneratorExit``, a bare ``BaseException`` subclass, an ordinary error, a stray
+``StopIteration``), on two hooks.
 """
 
 from __future__ import annotations
@@ -21,8 +21,6 @@ FORMS = {
     "trylast": ("trylast=True", "raise {exc}"),
     "wrapper_before_yield": ("wrapper=True", "raise {exc}\n    yield"),
     "wrapper_after_yield": ("wrapper=True", "yield\n    raise {exc}"),
-    "hookwrapper_before_yield": ("hookwrapper=True", "raise {exc}\n    yield"),
-    "hookwrapper_after_yield": ("hookwrapper=True", "yield\n    raise {exc}"),
 }
 EXCEPTIONS = {
     "sys_exit_0": "SystemExit(0)",

@@ -201,3 +201,23 @@ def test_the_word_sets_have_one_home():
                     copies.append(f"{path.relative_to(root)}:{node.lineno}")
     assert copies == [], copies
     assert '"off"' not in (root / "hpu_plugin.pth").read_text()
+
+
+HUGE = "a;" * 50_000  # 100 kB: a pasted file, a runaway script
+HUGE_VALUES = {
+    "disable": lambda: Selection.from_environ({"HPU_PLUGIN_DISABLE": HUGE}),
+    "only": lambda: Selection.from_environ({"HPU_PLUGIN_ONLY": HUGE}),
+    "budget": lambda: Selection.from_environ({"HPU_PLUGIN_IMPORT_BUDGET": HUGE}),
+    "third party": lambda: Selection.from_environ({"HPU_PLUGIN_NO_THIRD_PARTY": HUGE}),
+    "size": lambda: settings.size(VAR, HUGE),
+    "seconds": lambda: settings.seconds(VAR, HUGE, 1.0, 10.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HUGE_VALUES))
+def test_a_huge_value_is_cut_in_the_message(case):
+    with pytest.raises(ValueError) as caught:
+        HUGE_VALUES[case]()
+    message = str(caught.value)
+    assert len(message) < 1000 and "(100000 characters)" in message, message[:2000]
+    assert "HPU_" in message and ("accepted" in message or "list" in message)

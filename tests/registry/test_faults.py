@@ -46,22 +46,21 @@ def test_missing_attribute_in_entry_point_is_an_import_failure(site):
     assert record.status == "failed" and "AttributeError" in record.reason
 
 
-def test_slow_import_is_reported_and_skipped(site, caplog):
-    site.add("slow", "import time\ntime.sleep(5)\n" + HEADER + """
+def test_slow_import_is_reported_and_not_cut_off(site, caplog):
+    site.add("slow", "import time\ntime.sleep(0.5)\n" + HEADER + """
 @hookimpl(tryfirst=True)
 def hpu_ddp_backend(requested, device_type):
     return "gloo"
 """, dist="slow-dist", version="0.1")
     registry = _registry(site.entry_points(), import_budget=0.2)
     record = registry.records["slow"]
-    assert record.status == "failed"
-    # cut off at the budget, not waited for
-    assert record.import_seconds is not None and 0.2 <= record.import_seconds < 4
-    assert "budget" in record.reason and "HPU_PLUGIN_IMPORT_BUDGET" in record.reason
+    # measured and reported, not interrupted: an interruption could land anywhere
+    assert record.import_seconds is not None and record.import_seconds >= 0.5
     [report] = _reports(caplog, "slow")
-    assert "slow-dist 0.1" in report and "HPU_PLUGIN_DISABLE=slow" in report
-    assert registry.ddp_backend(None, "hpu") == "hccl"  # never registered
-    assert "slow" not in registry.call_order("hpu_ddp_backend")
+    assert "slow-dist 0.1" in report and "HPU_PLUGIN_IMPORT_BUDGET=0.2" in report
+    assert "HPU_PLUGIN_DISABLE=slow-dist:slow" in report
+    assert record.status == "faulted"  # loaded, but not plainly "enabled"
+    assert registry.ddp_backend(None, "hpu") == "gloo"
 
 
 def test_within_budget_loads(site):
@@ -138,12 +137,9 @@ WRAPPER_FAULTS = {
 
 
 @pytest.mark.parametrize("fault", sorted(WRAPPER_FAULTS))
-@pytest.mark.parametrize("style", ["wrapper=True", "hookwrapper=True"])
-def test_faulty_wrapper_becomes_a_pass_through(site, caplog, fault, style):
+def test_faulty_wrapper_becomes_a_pass_through(site, caplog, fault):
     body = WRAPPER_FAULTS[fault]
-    if style == "hookwrapper=True" and fault == "wrong-type":
-        body = "outcome = yield\n    outcome.force_result(7)"
-    site.add("wrapfault", HEADER + f"@hookimpl({style})\n"
+    site.add("wrapfault", HEADER + "@hookimpl(wrapper=True)\n"
              f"def hpu_ddp_backend(requested, device_type):\n    {body}\n",
              dist="wrap-dist", version="9")
     registry = _registry(site.entry_points())

@@ -83,20 +83,22 @@ def test_new_style_wrapper_sees_and_replaces_the_result(site):
     assert module.seen == ["hccl"]
 
 
-def test_old_style_hookwrapper_can_force_a_result(site):
+def test_old_style_hookwrapper_is_refused_naming_the_new_form(site, caplog):
     site.add("oldwrap", """
     from hpu_plugin.hookspecs import hookimpl
 
     @hookimpl(hookwrapper=True)
     def hpu_compile_backend(requested, device_type):
         outcome = yield
-        if outcome.get_result() == "hpu_backend":
-            outcome.force_result("eager")
+        outcome.force_result("eager")
     """)
     registry = _registry(site.entry_points())
-    assert registry.call_order_detail("hpu_compile_backend")[0] == ("oldwrap", "hookwrapper")
-    assert registry.compile_backend(None, "hpu") == "eager"
-    assert registry.compile_backend("eager", "hpu") is None  # first-party keeps it
+    record = registry.records["oldwrap"]
+    assert record.status == "failed" and "@hookimpl(wrapper=True)" in record.reason
+    assert "oldwrap" not in registry.call_order("hpu_compile_backend")
+    assert registry.compile_backend(None, "hpu") == "hpu_backend"
+    assert any("oldwrap" in r.getMessage() and "wrapper=True" in r.getMessage()
+               for r in caplog.records)
 
 
 def test_wrapper_sees_a_refusal_from_the_implementations(site):
@@ -115,10 +117,13 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
 
     seen = []
 
-    @hookimpl(hookwrapper=True)
+    @hookimpl(wrapper=True)
     def hpu_ddp_backend(requested, device_type):
-        outcome = yield
-        seen.append(type(outcome.exception).__name__)
+        try:
+            return (yield)
+        except Exception as exc:
+            seen.append(type(exc).__name__)
+            raise
     """)
     registry = _registry(site.entry_points())
     assert registry.ddp_backend("nccl", "hpu") == "hccl"
@@ -199,7 +204,9 @@ def test_first_party_is_decided_by_distribution_not_module_name(site):
     registry = _registry(site.entry_points())
     assert registry.records["sneaky"].first_party is False
     assert registry.records["ddp"].first_party is True
-    assert registry.call_order("hpu_ddp_backend") == ["ddp", "sneaky"]
+    # the same module under two names: loaded once, under the first-party name
+    assert registry.call_order("hpu_ddp_backend") == ["ddp"]
+    assert "the same plugin as 'ddp'" in registry.records["sneaky"].reason
 
 
 def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):

@@ -30,15 +30,17 @@ def test_disable_and_only_read_back_exactly_the_names(names, padding):
 
 @pytest.fixture(scope="module")
 def shared_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One real module whose plain implementation answers with its own plugin name."""
+    """One real module with a plugin class: each entry point naming it gets an instance of
+    its own (one module under several names would be loaded once)."""
     root: Path = tmp_path_factory.mktemp("shared")
     module = "tp_shared_plain"
     (root / f"{module}.py").write_text(textwrap.dedent("""
         from hpu_plugin.hookspecs import hookimpl
 
-        @hookimpl
-        def hpu_ddp_backend(requested, device_type):
-            return None
+        class Plugin:
+            @hookimpl
+            def hpu_ddp_backend(self, requested, device_type):
+                return None
     """))
     sys.path.insert(0, str(root))
     yield module
@@ -54,7 +56,7 @@ FIRST_PARTY = [ep for ep in discover() if ep.dist is not None and ep.dist.name =
 def test_call_order_is_first_party_then_names_ascending_whatever_the_discovery_order(
     shared_plugin, names, data
 ):
-    third = [metadata.EntryPoint(name, shared_plugin, "hpu_plugin") for name in names
+    third = [metadata.EntryPoint(name, f"{shared_plugin}:Plugin", "hpu_plugin") for name in names
              if name not in {"device", "compile", "ddp", "quantization"}]
     found = data.draw(st.permutations([*FIRST_PARTY, *third]))
     registry = Registry(Selection())
