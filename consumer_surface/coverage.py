@@ -12,33 +12,40 @@ import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 SURFACE = HERE / "surface.json"
 LEFT_OUT = HERE / "left_out.json"
 
 
+def _step(target: object, prefix: str, part: str) -> object:
+    """``target.part`` as ``from prefix import part`` finds it: the attribute first (a
+    package's ``__init__`` may bind a class over its submodule of the same name), else the
+    submodule ``prefix.part``."""
+    try:
+        return getattr(target, part)
+    except AttributeError:
+        if not isinstance(target, ModuleType):
+            raise
+    try:
+        importlib.import_module(f"{prefix}.{part}")
+    except ModuleNotFoundError as error:
+        if error.name != f"{prefix}.{part}":
+            raise
+    return getattr(target, part)
+
+
 def resolve(name: str) -> str | None:
     """None when ``name`` exists here, else why not (the exception as the consumer sees it)."""
     parts = name.split(".")
-    for cut in range(len(parts), 0, -1):
-        module_name = ".".join(parts[:cut])
-        try:
-            target: object = importlib.import_module(module_name)
-        except ModuleNotFoundError as error:
-            if error.name and not module_name.startswith(error.name + ".") \
-                    and error.name != module_name:
-                return f"{type(error).__name__}: {error}"
-            continue
-        except Exception as error:  # an import that fails inside: the consumer sees it
-            return f"{type(error).__name__}: {error}"
-        try:
-            for attribute in parts[cut:]:
-                target = getattr(target, attribute)
-        except Exception as error:
-            return f"{type(error).__name__}: {error}"
-        return None
-    return f"ModuleNotFoundError: No module named {parts[0]!r}"
+    try:
+        target: object = importlib.import_module(parts[0])
+        for index, part in enumerate(parts[1:], start=1):
+            target = _step(target, ".".join(parts[:index]), part)
+    except Exception as error:  # whatever the consumer would see
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 def load(path: Path) -> dict:
@@ -58,14 +65,16 @@ class Tally:
         return self.present / self.total if self.total else 1.0
 
 
-def separate(name: str, left_out: dict) -> bool:
-    """Whether ``name`` belongs to a package outside the bridge (not counted)."""
-    return any(name == prefix or name.startswith(prefix + ".")
-               for prefix in left_out["separate_packages"])
+def uncounted(name: str, left_out: dict) -> bool:
+    """Whether ``name`` is outside the bridge's surface: in a separate package, or absent
+    from the real bridge as well."""
+    return name in left_out["not_in_bridge"] or any(
+        name == prefix or name.startswith(prefix + ".")
+        for prefix in left_out["separate_packages"])
 
 
 def tally(names: set[str], errors: dict[str, str | None], left_out: dict) -> Tally:
-    counted = sorted(name for name in names if not separate(name, left_out))
+    counted = sorted(name for name in names if not uncounted(name, left_out))
     missing = tuple(name for name in counted if errors.get(name) is not None)
     return Tally(len(counted), len(counted) - len(missing), missing)
 
