@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from hpu_plugin.emulation.kernels import attention, moe, normalization, optimizers, rotary
+from hpu_plugin.emulation.kernels import attention, fp8, moe, normalization, optimizers, rotary
 
 NAMESPACE = "hpu"
 _lock = threading.Lock()
@@ -89,6 +89,50 @@ def _fake_clip_norm(grad: list[torch.Tensor], max_norm: torch.Tensor, norm_type:
     return _like(grad[-1])
 
 
+def _fake_cast_to_fp8(input: torch.Tensor, scale: Any = None, stochastic: bool = False,
+                      is_amax: bool = False, dtype: torch.dtype | None = None,
+                      scale_shape: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    amax = _like(input, [], torch.float32) if is_amax and input.dtype not in fp8.FP8 else (
+        _like(input, [0], torch.float32))
+    return _like(input, dtype=dtype or torch.float8_e4m3fn), amax
+
+
+def _fake_cast_from_fp8(input: torch.Tensor, scale: Any, out_dtype: torch.dtype,
+                        scale_shape: Any = None) -> torch.Tensor:
+    return _like(input, dtype=out_dtype)
+
+
+def _fake_fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool, D: Any,
+                   out_dtype: torch.dtype, *rest: Any) -> torch.Tensor:
+    rows = A.shape[-1] if trans_A else A.shape[-2]
+    cols = B.shape[-2] if trans_B else B.shape[-1]
+    batch = list(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+    return _like(A, [*batch, rows, cols], out_dtype)
+
+
+def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
+              "int[]? scale_shape=None) -> (Tensor, Tensor)")
+    gemm = ("(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor? D, ScalarType out_dtype, "
+            "{scales}, Tensor? bias=None, bool accumulate=False, int[]? B_scale_shape=None) "
+            "-> Tensor")
+    return [
+        (f"cast_to_fp8_v2(Tensor input, Tensor? scale=None, {to_fp8}", fp8.cast_to_fp8_v2,
+         _fake_cast_to_fp8),
+        (f"cast_to_fp8_v2.scalar(Tensor input, float scale, {to_fp8}",
+         fp8.cast_to_fp8_v2_scalar, _fake_cast_to_fp8),
+        ("cast_from_fp8(Tensor input, Tensor? scale, ScalarType out_dtype, "
+         "int[]? scale_shape=None) -> Tensor", fp8.cast_from_fp8, _fake_cast_from_fp8),
+        ("cast_from_fp8.scalar(Tensor input, float scale, ScalarType out_dtype, "
+         "int[]? scale_shape=None) -> Tensor", fp8.cast_from_fp8_scalar, _fake_cast_from_fp8),
+        ("fp8_gemm_v2" + gemm.format(
+            scales="Tensor? A_scale_inv=None, Tensor? B_scale_inv=None"),
+         fp8.fp8_gemm_v2, _fake_fp8_gemm),
+        ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
+         fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+    ]
+
+
 def _adamw_pair() -> tuple[str, Callable[..., None]]:
     """The schema of the mode this process runs in (the bridge loads one library per mode)."""
     # The rule of the bridge's ``utils.internal.is_lazy``, which FusedAdamW and DeepSpeed ask.
@@ -144,6 +188,7 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
         (adamw_schema, adamw, _fake_none),
         (optimizers.SGD, optimizers.optimizer_sgd, _fake_none),
         (optimizers.SGD_MOMENTUM, optimizers.optimizer_sgd_momentum, _fake_none),
+        *_fp8_ops(),
     ]
 
 
