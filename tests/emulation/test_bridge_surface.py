@@ -50,8 +50,11 @@ def test_memory_stats_experimental_core_and_autocast_as_the_bridge_has_them(run)
         with torch.no_grad():
             assert model(torch.ones(1, 4, device="hpu")).shape == (1, 4)
         htcore.hpu_reset_env()
-        htcore.hpu_set_inference_env(); htcore.hpu_inference_initialize(model)
-        htcore.hpu_teardown_inference_env()
+        # and the ones lightning-habana calls through core.quantization
+        htcore.quantization.hpu_set_inference_env()
+        htcore.quantization.hpu_inference_initialize(model)
+        htcore.quantization.hpu_teardown_inference_env()
+        assert htcore.is_lazy() is False  # the plugin's default: eager
 
         assert hthpu.is_autocast_hpu_enabled() is False
         with torch.autocast("hpu", dtype=torch.bfloat16):
