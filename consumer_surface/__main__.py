@@ -3,7 +3,8 @@
 extract: read the pinned releases (downloaded with pip into a cache) and rewrite
 surface.json. resolve: print, as JSON, why each name is missing (null when present) in
 this process; run it with ``HPU_PLUGIN_EMULATE=1``. report: run resolve on the emulator
-and print the share of names present, per consumer.
+and print the share of names present, per consumer. Both run in lazy mode, the bridge's
+default (``PT_HPU_LAZY_MODE`` unset is 1 there), in which it offers its HPU-graph API.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _resolve_all() -> dict[str, str | None]:
 
 
 def _report() -> int:
-    env = {**os.environ, "HPU_PLUGIN_EMULATE": "1"}
+    env = {**os.environ, "HPU_PLUGIN_EMULATE": "1", "PT_HPU_LAZY_MODE": "1"}
     done = subprocess.run([sys.executable, "-m", "consumer_surface", "resolve"], env=env,
                           capture_output=True, text=True, check=True)
     errors = json.loads(done.stdout)

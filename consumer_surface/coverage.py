@@ -25,14 +25,19 @@ def _step(target: object, prefix: str, part: str) -> object:
     submodule ``prefix.part``."""
     try:
         return getattr(target, part)
-    except AttributeError:
+    except AttributeError as missing:
         if not isinstance(target, ModuleType):
             raise
+        absent = missing
+    submodule = f"{prefix}.{part}"
     try:
-        importlib.import_module(f"{prefix}.{part}")
+        importlib.import_module(submodule)
     except ModuleNotFoundError as error:
-        if error.name != f"{prefix}.{part}":
-            raise
+        # No such submodule (torch.ops namespaces are modules too): the attribute error is
+        # what the consumer sees. A module missing inside the submodule is its own error.
+        if error.name and (submodule == error.name or submodule.startswith(error.name + ".")):
+            raise absent from None
+        raise
     return getattr(target, part)
 
 
