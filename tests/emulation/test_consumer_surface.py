@@ -45,7 +45,6 @@ def test_the_surface_file_is_of_the_pinned_releases():
     assert all(surface.values()), "a consumer without a single bridge name: extraction broke"
 
 
-@pytest.mark.xfail(strict=True, reason="the emulator gains them on branches i20a and i20b")
 def test_every_missing_name_is_listed_with_its_reason(errors):
     left_out = load(LEFT_OUT)
     unlisted = {name: error for name, error in errors.items()
@@ -107,15 +106,7 @@ def test_the_extractor_resolves_every_spelling():
     }
 
 
-#: Below the targets until the emulator gains the names built on branches i20a and i20b.
-_BUILDING = {"optimum-habana==1.21.2", "all"}
-
-
-@pytest.mark.parametrize("consumer", [
-    pytest.param(key, marks=pytest.mark.xfail(strict=True, reason="i20a, i20b"))
-    if key in _BUILDING else key
-    for key in [*(c.key for c in CONSUMERS), "all"]
-])
+@pytest.mark.parametrize("consumer", [*(c.key for c in CONSUMERS), "all"])
 def test_share_of_names_present(errors, consumer):
     found = tallies(errors, load(SURFACE), load(LEFT_OUT))[consumer]
     wanted = ALL_SHARE if consumer == "all" else CONSUMER_SHARE
