@@ -1,7 +1,8 @@
 """``hpex`` normalizations, rotary embeddings, fused optimizers and the ``torch.ops.hpu``
 ops that DeepSpeed and optimum-habana call, on the emulated device, each against an unfused
 reference on the CPU: a plain RMSNorm, Transformers' ``rotate_half`` rotary formula,
-``torch.nn.utils.clip_grad_norm_``, ``torch.optim.AdamW``/``SGD``, a per-expert MoE loop.
+``torch.nn.utils.clip_grad_norm_``, ``torch.optim.AdamW``/``SGD``, a per-expert MoE loop,
+``torch.nn.functional.ctc_loss``.
 
 Tolerances (largest deviation relative to the largest magnitude, at least 1): 2e-5 for
 float32 kernels; 2e-2 for bfloat16; optimizers after 20 steps 1e-4. The fused AdamW step
@@ -26,7 +27,7 @@ import json
 import torch
 import torch.nn.functional as F
 from habana_frameworks.torch.hpex.kernels import (
-    RotaryPosEmbeddingHelperV1, RotaryPosEmbeddingHelperV2, RotaryPosEmbeddingHelperV3,
+    CTCLoss, RotaryPosEmbeddingHelperV1, RotaryPosEmbeddingHelperV2, RotaryPosEmbeddingHelperV3,
     RotaryPosEmbeddingMode, apply_rotary_pos_emb)
 from habana_frameworks.torch.hpex.normalization import FusedClipNorm, FusedRMSNorm
 from habana_frameworks.torch.hpex.optimizers import FusedAdamW, FusedSGD
@@ -107,6 +108,16 @@ def glm_ref(p):
     return torch.cat((r * c + rotate_every_two(r) * s, p[..., 8:]), dim=-1)
 both(lambda p: RotaryPosEmbeddingHelperV3.apply(p, cache.to("hpu")), glm_ref, [glm], "float32",
      "rope V3 rope_cache (ChatGLM)")
+
+# CTCLoss as optimum-habana's wav2vec2 calls it on Gaudi2, against F.ctc_loss
+T, N, C, S = 20, 3, 6, 5
+log_probs = torch.randn(T, N, C).log_softmax(-1)
+targets = torch.randint(1, C, (N, S))
+lengths = (torch.tensor([20, 18, 15]), torch.tensor([5, 3, 4]))
+for reduction in ("mean", "sum", "none"):
+    both(lambda lp, t, il, tl: CTCLoss.apply(lp, t, il, tl, 0, reduction, True),
+         lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl, reduction=reduction, zero_infinity=True),
+         [log_probs, targets, *lengths], "float32", f"CTCLoss {reduction}")
 
 def model_and_data(device, seed=0):
     torch.manual_seed(seed)
@@ -206,7 +217,7 @@ def results(emulator_built: None) -> dict[str, list]:
 
 
 def test_every_case_ran(results):
-    assert len(results) == 16, sorted(results)
+    assert len(results) == 19, sorted(results)
 
 
 @pytest.mark.parametrize("kind", ["float32", "bfloat16", "optimizer", "fp8 moments"])

@@ -1,5 +1,5 @@
 """Stand-in for ``habana_frameworks.torch.hpex.kernels``: the names the bridge exports that
-code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers)."""
+code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers, CTCLoss)."""
 
 from .CTCLoss import CTCLoss
 from .FusedSDPA import FusedSDPA, gqa_output_reshape, is_gqa
