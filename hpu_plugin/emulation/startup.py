@@ -47,6 +47,9 @@ def start() -> None:
     if getattr(torch, "hpu", None) is not hpu:
         torch._register_device_module("hpu", hpu)
     hpu._wrap_torch_manual_seed(runtime.patches)
+    from hpu_plugin.emulation import lazy
+
+    lazy.start()
     if str(runtime.STANDINS) not in sys.path:
         sys.path.append(str(runtime.STANDINS))
     _install_hlsmi_shim()
