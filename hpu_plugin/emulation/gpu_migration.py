@@ -98,6 +98,8 @@ def _log_mapping(api: str, what: str) -> None:
 def _factory(original: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(original)
     def factory(*args: Any, **kwargs: Any) -> Any:
+        if not kwargs:  # an empty **kwargs costs PyTorch's argument parser microseconds
+            return original(*args)
         device = kwargs.get("device")
         if device is not None:
             kwargs["device"] = mapped = to_hpu(device)
@@ -128,7 +130,7 @@ def _tensor_methods(tensor: type[torch.Tensor]) -> None:
             args = tuple(torch.bfloat16 if a is torch.float16 else a for a in args)
             if kwargs.get("dtype") is torch.float16:
                 kwargs["dtype"] = torch.bfloat16
-        return original_to(self, *args, **kwargs)
+        return original_to(self, *args, **kwargs) if kwargs else original_to(self, *args)
 
     def cuda(self: torch.Tensor, device: Any = None, non_blocking: bool = False,
              memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:

@@ -95,6 +95,7 @@ def _test_loss(stdout: str) -> float:
     return float(found.group(1))
 
 
+@pytest.mark.migration_full
 def test_pytorch_examples_word_language_model_matches_the_cpu(tmp_path):
     """The LSTM language model with its ``--cuda`` switch, saved and reloaded, on a small
     corpus (``--data``); shrunk by its own arguments only."""

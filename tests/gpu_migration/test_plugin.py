@@ -47,6 +47,7 @@ def test_doctor_and_info_without_the_toolkit(tmp_path):
     assert "GPU Migration Toolkit (PT_HPU_GPU_MIGRATION): off" in done.stdout
 
 
+@pytest.mark.migration_full
 def test_the_selftest_runs_a_cuda_written_check_when_it_is_on(tmp_path):
     report = tmp_path / "selftest.json"
     done = run_cli("selftest", "--only", "gpu-migration", "--report", str(report),
