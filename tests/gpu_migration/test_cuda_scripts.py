@@ -133,15 +133,20 @@ print(json.dumps({"device": str(pipe.device), "shape": list(images.shape),
 """
 
 
-def _ddpm(tmp_path: Path, env: dict[str, str], device: str) -> dict:
-    """The pipeline script, on a machine without bitsandbytes: bitsandbytes takes its CUDA
-    branch when ``torch.cuda.is_available()``, which the toolkit makes True on a torch built
-    without CUDA, and fails at import (on Gaudi too; README, "Code written for CUDA")."""
-    script, hide = tmp_path / "ddpm.py", tmp_path / "no_bitsandbytes"
-    script.write_text(DDPM)
+def _without_bitsandbytes(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """A machine without bitsandbytes: bitsandbytes takes its CUDA branch when
+    ``torch.cuda.is_available()``, which the toolkit makes True on a torch built without
+    CUDA, and fails at import (on Gaudi too; docs/gpu-migration.md)."""
+    hide = tmp_path / "no_bitsandbytes"
     hide.mkdir(exist_ok=True)
     (hide / "sitecustomize.py").write_text("import sys\nsys.modules['bitsandbytes'] = None\n")
-    env = {**env, "PYTHONPATH": str(hide)}
+    return {**env, "PYTHONPATH": str(hide)}
+
+
+def _ddpm(tmp_path: Path, env: dict[str, str], device: str) -> dict:
+    script = tmp_path / "ddpm.py"
+    script.write_text(DDPM)
+    env = _without_bitsandbytes(tmp_path, env)
     return _json_line(run("", env, argv=[sys.executable, str(script), device]).stdout)
 
 
@@ -157,3 +162,29 @@ def test_diffusers_pipelines_to_cuda_and_to_hpu_match_the_cpu(tmp_path, diffuser
     assert (on_cuda["device"], on_hpu["device"]) == ("hpu:0", "hpu:0")
     assert on_cuda["pixels"] == pytest.approx(cpu["pixels"], abs=1e-4)
     assert on_hpu["pixels"] == pytest.approx(cpu["pixels"], abs=1e-4)
+
+
+HOSTS = """
+import torch
+from accelerate import Accelerator
+accelerator = Accelerator()
+model, optimizer = accelerator.prepare(torch.nn.Linear(4, 2), torch.optim.SGD(
+    torch.nn.Linear(4, 2).parameters(), lr=0.1))
+from transformers import TrainingArguments
+print(accelerator.device, next(model.parameters()).device,
+      TrainingArguments(output_dir="out", report_to=[]).device)
+"""
+
+
+@pytest.mark.migration_full
+def test_accelerate_and_trainer_choose_gaudi_under_the_toolkit(tmp_path):
+    env = _without_bitsandbytes(tmp_path, migrated_env(tmp_path))
+    assert run(HOSTS, env, cwd=tmp_path).stdout.split() == ["hpu", "hpu:0", "hpu:0"]
+
+
+@pytest.mark.migration_full
+def test_with_bitsandbytes_installed_its_import_fails_under_the_toolkit(tmp_path):
+    """The documented limit, as a user meets it (Transformers' TrainingArguments imports it)."""
+    done = run(HOSTS, migrated_env(tmp_path), cwd=tmp_path, check=False)
+    assert done.returncode != 0
+    assert "_cuda_getCurrentRawStream" in done.stderr
