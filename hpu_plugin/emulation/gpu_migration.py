@@ -12,7 +12,8 @@ What it maps follows Intel's table (Gaudi docs, "GPU Migration Toolkit APIs"), c
   backend) run HCCL, and ``get_backend()`` answers ``nccl`` for it; ``barrier`` drops
   ``device_ids``; ``DistributedDataParallel`` drops ``device_ids`` and ``output_device``;
   ``autocast``/``GradScaler`` for ``cuda`` run for ``hpu``; ``torch.load``'s
-  ``map_location``; ``torch.compile``'s default ``inductor`` backend becomes ``hpu_backend``.
+  ``map_location``; ``with torch.device("cuda")``; ``torch.compile``'s default
+  ``inductor`` backend becomes ``hpu_backend``.
 - ``hpu_modified``: ``device_count`` (the toolkit asks pyhlml; here the emulated server),
   ``current_device`` (from ``HLS_MODULE_ID`` in ``HABANA_VISIBLE_MODULES``, else
   ``LOCAL_RANK``), ``get_device_capability`` = (9, 0), ``get_device_properties`` (a CUDA-shaped
@@ -364,6 +365,21 @@ def _load() -> None:
     patches.set(torch, "load", load)
 
 
+def _device_context() -> None:
+    """hpu_match: ``with torch.device("cuda"):`` and ``torch.set_default_device("cuda")``
+    place on ``hpu`` (both go through PyTorch's ``DeviceContext``)."""
+    from torch.utils import _device
+
+    context = _device.DeviceContext
+    parent = context.__init__
+
+    @functools.wraps(parent)
+    def __init__(self: Any, device: Any) -> None:
+        parent(self, to_hpu(device))
+
+    patches.set(context, "__init__", __init__)
+
+
 def _logging() -> None:
     level = os.environ.get(migration.LOG_LEVEL)
     if level is None or log.handlers:
@@ -381,6 +397,12 @@ def activate() -> None:
         return
     _fp16_to_bf16 = os.environ.get(migration.FP16_TO_BF16) == "1"
     _logging()
+    # PyTorch's device context recognises the factories by identity, from a set it caches
+    # on first use: fill it with PyTorch's own functions before they are wrapped, so that
+    # ``with torch.device(...)`` keeps placing what the wrappers create.
+    from torch.utils import _device
+
+    _device._device_constructors()
     for name in FACTORIES:
         original = getattr(torch, name, None)
         if original is not None:
@@ -391,3 +413,4 @@ def activate() -> None:
     _distributed()
     _compile()
     _load()
+    _device_context()

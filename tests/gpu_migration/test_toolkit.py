@@ -62,6 +62,8 @@ out["is_cuda"] = [x.is_cuda, torch.ones(1).is_cuda]
 model = torch.nn.Linear(4, 2).cuda()
 out["module_cuda"] = str(model.weight.device)
 out["module_to"] = str(torch.nn.Linear(4, 2).to(torch.device("cuda")).weight.device)
+with torch.device("cuda"):
+    out["device_context"] = str(torch.nn.Linear(4, 2).weight.device)
 out["memory_allocated"] = torch.cuda.memory_allocated() > 0
 torch.cuda.reset_peak_memory_stats()
 out["max_memory_allocated"] = torch.cuda.max_memory_allocated() > 0
@@ -113,7 +115,8 @@ def test_the_api_table_on_two_emulated_gaudi(tmp_path):
         "capability": [9, 0], "properties": ["GAUDI2", 9, True], "bf16": True,
         "zeros": "hpu:0", "randn_device": "hpu:0", "tensor_cuda": "hpu:0",
         "to_cuda_index": "hpu:0", "to_int": "hpu:0", "is_cuda": [True, False],
-        "module_cuda": "hpu:0", "module_to": "hpu:0", "memory_allocated": True,
+        "module_cuda": "hpu:0", "module_to": "hpu:0", "device_context": "hpu:0",
+        "memory_allocated": True,
         "max_memory_allocated": True, "mem_get_info": True, "memory_reserved": True,
         "stream": 4.0, "seeded": True, "autocast": "torch.bfloat16",
         "cuda_amp_autocast": "torch.bfloat16", "grad_scaler": 65536.0,
