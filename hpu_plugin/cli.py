@@ -35,6 +35,7 @@ def _print_info(info: dict[str, Any]) -> None:
     print(f"\nActivation: {activation.get('status')} ({activation.get('reason')})")
     print(f"Mode: {info['mode']}")
     print(f"Gaudi available: {'yes' if info['available'] else 'no'}")
+    print(f"GPU Migration Toolkit (PT_HPU_GPU_MIGRATION): {info['gpu_migration']}")
     if info["import_time_compiles"]:
         print(
             f"torch.compile calls by libraries at import: {info['import_time_compiles']} "

@@ -282,6 +282,35 @@ def check_hosts(doctor: Doctor) -> list[Finding]:
     return [f for f in found if f.severity != "ok" or active]
 
 
+def check_gpu_migration(doctor: Doctor) -> list[Finding]:
+    """Is Intel's GPU Migration Toolkit on, and can the plugin honour it?"""
+    from hpu_plugin.diagnostics.plugins import collect_plugins
+    from hpu_plugin.gaudi import migration
+
+    state = migration.state(doctor.environ)
+    if state == "off":
+        return []
+    name = migration.VARIABLE
+    if state == "requested":
+        return [Finding(
+            "gpu migration", "warning",
+            f"{name} is set but the toolkit is not loaded: the Gaudi software was imported "
+            "before the variable was set, so CUDA calls are not mapped",
+            f"export {name}=1 before starting Python", name, doctor.environ.get(name),
+        )]
+    plugin = {p["name"]: p for p in collect_plugins()["plugins"]}.get("gpu_migration")
+    if plugin is None or plugin["status"] != "enabled":
+        return [Finding(
+            "gpu migration", "warning",
+            "the toolkit is loaded but the gpu_migration plugin is not enabled: "
+            "init_process_group('nccl') is refused instead of run as hccl",
+            "enable it (remove gpu_migration from HPU_PLUGIN_DISABLE / add it to "
+            "HPU_PLUGIN_ONLY)",
+        )]
+    return [Finding("gpu migration", "ok",
+                    "loaded: CUDA calls map to hpu, nccl runs as hccl, inductor as hpu_backend")]
+
+
 def check_plugins(doctor: Doctor) -> list[Finding]:
     from hpu_plugin.diagnostics.plugins import collect_plugins
 
@@ -314,6 +343,7 @@ RULES: tuple[Callable[[Doctor], list[Finding]], ...] = (
     check_dtype,
     check_bitsandbytes,
     check_hosts,
+    check_gpu_migration,
     check_plugins,
 )
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from hpu_plugin import __version__
 from hpu_plugin.diagnostics import probe
+from hpu_plugin.gaudi import migration
 from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 
 
@@ -53,6 +54,10 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
         lambda: registry.compile_backend("inductor", DEVICE_TYPE)
     )
     decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None, DEVICE_TYPE))
+    if migration.loaded():  # CUDA scripts name nccl: what the toolkit will run it as
+        decisions["hpu_ddp_backend('nccl')"] = _decide(
+            lambda: registry.ddp_backend("nccl", DEVICE_TYPE)
+        )
     decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
         lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
     )
@@ -75,9 +80,11 @@ def _patched() -> dict[str, list[str]]:
     host adapters' attributes and the emulator's (``torch.manual_seed``, ``PATH``)."""
     hosts = sys.modules.get("hpu_plugin.hosts")
     runtime = sys.modules.get("hpu_plugin.emulation.runtime")
+    toolkit = sys.modules.get("hpu_plugin.emulation.gpu_migration")
     return {
         "hosts": hosts.patched() if hosts is not None else [],
         "emulator": list(runtime.patches.made) if runtime is not None else [],
+        "gpu_migration": list(toolkit.patches.made) if toolkit is not None else [],
     }
 
 
@@ -97,6 +104,7 @@ def collect_info() -> dict[str, Any]:
         "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
         "import_time_compiles": _import_time_compiles(),
         "patched": _patched(),
+        "gpu_migration": migration.state(environ),
     }
     from hpu_plugin.registry import get_registry
 

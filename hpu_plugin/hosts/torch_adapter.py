@@ -17,7 +17,7 @@ from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts.callers import find_caller
-from hpu_plugin.patching import Patches, original_of, ours, stay_out
+from hpu_plugin.patching import Patches, is_ours, original_of, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import Once, say_once
 
@@ -171,6 +171,13 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
     patches.replace_everywhere(
         original, make_init_process_group(registry, original), alias_scope="torch.distributed"
     )
+    # A layer of the Gaudi software may have wrapped ``torch.distributed.init_process_group``
+    # before us (the GPU Migration Toolkit maps ``nccl`` to ``hccl`` there, and calls the
+    # function it saved, not ours): wrap that one too, so the hooks and the pre-flight check
+    # still come first, and the toolkit's mapping runs inside them.
+    outer = getattr(dist, "init_process_group", None)
+    if outer is not None and outer is not original and not is_ours(outer):
+        patches.set(dist, "init_process_group", make_init_process_group(registry, outer))
 
 
 def install(registry: Registry, patches: Patches) -> None:

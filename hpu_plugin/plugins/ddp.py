@@ -32,7 +32,9 @@ def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
     if requested in FOREIGN:
         raise Refusal(
             f"backend {requested!r} is for {FOREIGN[requested]} and cannot run on Gaudi (hpu): "
-            "use ddp_backend='hccl' (or backend='hccl'), or leave it unset."
+            "use ddp_backend='hccl' (or backend='hccl'), or leave it unset"
+            + (" (CUDA code can keep 'nccl' with PT_HPU_GPU_MIGRATION=1 and the "
+               "gpu_migration plugin enabled)." if requested == "nccl" else ".")
         )
     if requested not in (None, "hccl"):
         return requested  # the user's own backend (gloo on CPU tensors): HCCL rules do not apply

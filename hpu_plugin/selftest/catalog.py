@@ -36,6 +36,7 @@ CHECKS = (
     Check("numerics", "numerics", 300, 1, "numerics against the CPU"),
     Check("fused-kernels", "fused_kernels", 300, 1, "hpex FusedSDPA and FusedRMSNorm vs torch"),
     Check("hpu-graphs", "hpu_graphs", 300, 1, "HPU graph capture, replay and wrap_in_hpu_graph"),
+    Check("gpu-migration", "gpu_migration", 300, 1, "a CUDA-written step under the toolkit"),
 )
 NAMES = tuple(check.name for check in CHECKS)
 

@@ -22,3 +22,8 @@ from habana_frameworks.torch import core, hpu  # noqa: E402, F401
 from habana_frameworks.torch.distributed import hccl  # noqa: E402, F401
 
 __version__ = torch.__version__
+
+from hpu_plugin.gaudi import migration as _migration  # noqa: E402
+
+if _migration.requested(os.environ):  # as the real package: the toolkit comes with it
+    import habana_frameworks.torch.gpu_migration  # noqa: F401
