@@ -305,6 +305,13 @@ class Registry:
         )
         return result
 
+    def fast_path(self, name: str, device_type: str, context: Mapping[str, Any]) -> bool:
+        """Take Gaudi's fast path ``name``? Nobody's opinion means no."""
+        result: bool | None = self.pm.hook.hpu_fast_path(
+            name=name, device_type=device_type, context=dict(context)
+        )
+        return bool(result)
+
     # -- introspection ---------------------------------------------------------------------
 
     def call_order(self, hook: str) -> list[str]:

@@ -49,6 +49,9 @@ def install(registry: Registry) -> None:
                 from hpu_plugin.hosts import shape_buckets
 
                 shape_buckets.install(registry, patches)
+                from hpu_plugin.hosts import fast_paths
+
+                fast_paths.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)
