@@ -195,7 +195,10 @@ def register() -> bool:
             f"{NAMESPACE}::dequantize_nf4", _dequantize_nf4_fake, lib=library
         )
         _library = library
-        return True
+    from hpu_plugin.emulation import kernels
+
+    kernels.register()
+    return True
 
 
 def _register_if_emulating() -> None:

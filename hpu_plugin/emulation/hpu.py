@@ -421,10 +421,28 @@ def set_autocast_dtype(dtype: torch.dtype) -> None:
     torch.set_autocast_dtype("hpu", dtype)
 
 
+#: Whether ``hpex.kernels.FusedSDPA`` uses its recompute variant when ``recompute_mode`` is
+#: None: on by default, as in the bridge's runtime configuration.
+_recompute_sdp = [True]
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    _recompute_sdp[0] = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _recompute_sdp[0]
+
+
 @contextlib.contextmanager
-def sdp_kernel(**options: Any) -> Iterator[None]:
-    """The real stack selects FusedSDPA variants here; the emulator has one SDPA (CPU's)."""
-    yield
+def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict[str, Any]]:
+    """Selects FusedSDPA's recompute variant inside the block, restoring the setting after."""
+    before = recompute_sdp_enabled()
+    try:
+        enable_recompute_sdp(enable_recompute)
+        yield {}
+    finally:
+        enable_recompute_sdp(before)
 
 
 # ------------------------------------------------------------------ lazy-mode shims

@@ -8,6 +8,8 @@
   (bridge ``env_flags.yaml`` and ``common/eager/utils.cpp:IsInt64Supported``); otherwise
   int64 tensors are cast to int32 on the device.
 - bitsandbytes: Gaudi2 and later.
+- fp8 E4M3 range: Gaudi2 saturates at +-240, later generations at torch's ``float8_e4m3fn``
+  limit, 448 (the bridge's own ``cast_to_fp8_v2`` out-of-range test expects exactly that).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Generation:
     int64: bool = True
     bitsandbytes: bool = True
     product: str = ""  # as ``hl-smi -Q name`` prints it
+    e4m3_max: float = 448.0  # largest finite fp8 E4M3 value of its MME/TPC casts
 
 
     def supports(self, feature: str) -> bool:
@@ -41,7 +44,7 @@ class Generation:
 GAUDI = Generation(
     "GAUDI", 1, 32, fp16=False, fp8=False, int64=False, bitsandbytes=False, product="HL-205"
 )
-GAUDI2 = Generation("GAUDI2", 2, 96, product="HL-225")
+GAUDI2 = Generation("GAUDI2", 2, 96, product="HL-225", e4m3_max=240.0)
 GAUDI3 = Generation("GAUDI3", 3, 128, product="HL-325")
 GENERATIONS: Mapping[str, Generation] = {g.name: g for g in (GAUDI, GAUDI2, GAUDI3)}
 

@@ -34,6 +34,7 @@ CHECKS = (
     Check("accelerate-barrier", "accelerate_barrier", 300, 2, "Accelerate wait_for_everyone"),
     Check("graph-compilations", "graph_compilations", 600, 1, "graph compilations of generate"),
     Check("numerics", "numerics", 300, 1, "numerics against the CPU"),
+    Check("fused-kernels", "fused_kernels", 300, 1, "hpex FusedSDPA and FusedRMSNorm vs torch"),
 )
 NAMES = tuple(check.name for check in CHECKS)
 

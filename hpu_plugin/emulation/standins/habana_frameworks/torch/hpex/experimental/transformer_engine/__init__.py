@@ -1,0 +1,17 @@
+"""Stand-in for ``habana_frameworks.torch.hpex.experimental.transformer_engine``: Intel
+Gaudi's Transformer Engine (``intel_transformer_engine``, which the bridge re-exports here)
+for fp8 training on Gaudi2 and later, with float8 numerics emulated by torch's float8 dtypes
+and the emulated ``torch.ops.hpu`` fp8 casts and GEMM.
+
+Provided: ``Linear``, ``fp8_autocast``, ``recipe`` (``DelayedScaling``, ``Format``), ``fp8``
+(``is_fp8_available``, ``FP8GlobalStateManager``, ``get_fp8_te_dtype``). Not provided: the
+other Transformer Engine modules (``LayerNormLinear``, ``LayerNormMLP``, ``FusedAttention``,
+...), distributed amax reduction and activation recompute.
+"""
+
+from . import fp8, recipe
+from .fp8 import FP8GlobalStateManager, fp8_autocast, is_fp8_available
+from .module import Linear
+
+__all__ = ["FP8GlobalStateManager", "Linear", "fp8", "fp8_autocast", "is_fp8_available",
+           "recipe"]

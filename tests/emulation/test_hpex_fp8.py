@@ -1,0 +1,125 @@
+"""fp8 on the emulated Gaudi: the bridge's float8 casts and GEMM, and the Transformer Engine
+stand-in (``hpex.experimental.transformer_engine``) as a user trains with it, against a CPU
+reference built from torch's float8 dtypes; refused on first-generation Gaudi as the Gaudi
+Transformer Engine refuses.
+
+The reference applies the recipe by hand: first step scale 1, then ``2 ** floor(log2(fp8_max
+/ amax))`` from the amax history; E4M3 saturates at 240 on Gaudi2 and 448 on Gaudi3. Outputs
+and gradients agree with it to 1e-5 (both accumulate the dequantized fp8 values in float32);
+against a float32 ``nn.Linear`` the fp8 layer is within 8% (E4M3 keeps 3 mantissa bits).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+TRAIN = r"""
+import math
+import torch
+import torch.nn.functional as F
+import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+from habana_frameworks.torch.hpex.experimental.transformer_engine.recipe import (
+    DelayedScaling, Format)
+
+print("available", te.fp8.is_fp8_available())
+E4M3_MAX = 240.0 if torch.hpu.get_device_name() == "GAUDI2" else 448.0
+
+def q(t, scale, dtype, bound):
+    return (t * scale).clamp(-bound, bound).to(dtype).float() / scale
+
+def pow2_scale(amax, fp8_max):
+    return 2.0 ** math.floor(math.log2(fp8_max / amax))
+
+torch.manual_seed(0)
+layer = te.Linear(16, 8, bias=True)
+with torch.no_grad():
+    layer.bias.uniform_(-1, 1)
+weight = layer.weight.detach().cpu().clone()
+bias = layer.bias.detach().cpu().clone()
+recipe = DelayedScaling(margin=0, interval=1, fp8_format=Format.HYBRID, amax_history_len=4)
+xs = [torch.randn(4, 16) * 3, torch.randn(4, 16) * 2, torch.randn(4, 16)]
+worst, worst_fp32 = 0.0, 0.0
+sx, sw, sg = 1.0, 1.0, 1.0
+x_hist, w_hist, g_hist = [], [], []
+for x in xs:
+    x_dev = x.to("hpu").requires_grad_()
+    with te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+        out = layer(x_dev)
+    g = torch.randn(4, 8) * 1000
+    out.backward(g.to("hpu"))
+    # the reference, by hand
+    if x_hist:
+        sx, sw = pow2_scale(max(x_hist), E4M3_MAX), pow2_scale(max(w_hist), E4M3_MAX)
+        sg = pow2_scale(max(g_hist), 57344.0)
+    x8 = q(x, sx, torch.float8_e4m3fn, E4M3_MAX)
+    w8 = q(weight, sw, torch.float8_e4m3fn, E4M3_MAX)
+    g8 = q(g, sg, torch.float8_e5m2, 57344.0)
+    ref = x8 @ w8.T + bias
+    pairs = [(out, ref), (x_dev.grad, g8 @ w8), (layer.weight.grad, g8.T @ x8),
+             (layer.bias.grad, g.sum(0))]
+    worst = max([worst] + [((a.detach().cpu() - b).abs().max() / b.abs().max()).item()
+                           for a, b in pairs])
+    fp32 = F.linear(x, weight, bias)
+    worst_fp32 = max(worst_fp32, ((out.detach().cpu() - fp32).abs().max()
+                                  / fp32.abs().max()).item())
+    x_hist.append(x.abs().max().item()); w_hist.append(weight.abs().max().item())
+    g_hist.append(g.abs().max().item())
+    layer.weight.grad = None; layer.bias.grad = None
+print("fp8 vs reference", worst)
+print("fp8 vs fp32", worst_fp32)
+print("scales", layer.fp8_meta["scaling_fwd"].scale.cpu().tolist(), [sx, sw])
+plain = layer(xs[0].to("hpu")).detach().cpu()
+print("outside autocast equal", torch.equal(plain, F.linear(xs[0], weight, bias)))
+big = torch.tensor([1000.0, 300.0, -300.0, 1.0], device="hpu")
+casted, amax = torch.ops.hpu.cast_to_fp8_v2(big, None, False, True, torch.float8_e4m3fn)
+print("saturates at", casted.float().cpu().tolist(), "amax", amax.item())
+"""
+
+GAUDI1 = r"""
+import torch
+import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+
+print("available", te.fp8.is_fp8_available())
+layer = te.Linear(4, 4)
+try:
+    with te.fp8_autocast(enabled=True):
+        layer(torch.randn(2, 4, device="hpu"))
+except AssertionError as exc:
+    print("autocast refused:", exc)
+with te.fp8_autocast(enabled=False):
+    print("disabled autocast runs", tuple(layer(torch.randn(2, 4, device="hpu")).shape))
+try:
+    torch.ops.hpu.cast_to_fp8_v2(torch.ones(2, device="hpu"), None, False, False,
+                                 torch.float8_e4m3fn)
+except RuntimeError as exc:
+    print("cast refused:", str(exc).splitlines()[0])
+"""
+
+
+SATURATED = {"gaudi2": "[240.0, 240.0, -240.0, 1.0]", "gaudi3": "[448.0, 288.0, -288.0, 1.0]"}
+
+
+@pytest.mark.parametrize("generation", ["gaudi2", "gaudi3"])
+def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generation):
+    lines = run(TRAIN, {"HPU_PLUGIN_EMULATE": generation}).stdout.splitlines()
+    assert lines[0] == "available (True, '')"
+    worst = float(next(x for x in lines if x.startswith("fp8 vs reference")).split()[-1])
+    assert worst <= 1e-5
+    fp32 = float(next(x for x in lines if x.startswith("fp8 vs fp32")).split()[-1])
+    assert 0.0 < fp32 <= 0.08  # fp8 really rounds, within E4M3's precision
+    scales = next(x for x in lines if x.startswith("scales"))
+    got, want = scales[len("scales "):].split("] [")
+    assert [float(v) for v in got.strip("[]").split(", ")] == [
+        float(v) for v in want.strip("[]").split(", ")]
+    assert "outside autocast equal True" in lines
+    assert f"saturates at {SATURATED[generation]} amax 1000.0" in lines
+
+
+def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_message(run):
+    out = run(GAUDI1, {"HPU_PLUGIN_EMULATE": "gaudi"}).stdout
+    assert "available (False, 'FP8 not supported on Gaudi, Gaudi2 or higher required')" in out
+    assert "autocast refused: FP8 not supported on Gaudi, Gaudi2 or higher required" in out
+    assert "disabled autocast runs (2, 4)" in out
+    assert "cast refused: cast_to_fp8_v2: fp8 is not supported on GAUDI" in out
