@@ -87,21 +87,14 @@ def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable
 
 def fused_attention(fused: Any, module: Any, query: Any, key: Any, value: Any,
                     attention_mask: Any, scaling: float | None, is_causal: bool | None) -> Any:
-    """Transformers' ``sdpa_attention_forward`` with ``FusedSDPA`` for torch's SDPA."""
-    import torch
-
-    groups = getattr(module, "num_key_value_groups", 1)
-    if groups > 1:
-        key = key.repeat_interleave(groups, dim=1)
-        value = value.repeat_interleave(groups, dim=1)
+    """Transformers' ``sdpa_attention_forward`` with ``FusedSDPA`` for torch's SDPA: grouped
+    key-value heads and boolean masks (True keeps) go to the kernel as they are, as it takes
+    them."""
     q_length, kv_length = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(q_length > 1 and attention_mask is None and causal)
     if causal and kv_length > q_length:  # prefill into an empty static cache
         key, value = key[:, :, :q_length, :], value[:, :, :q_length, :]
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        attention_mask = torch.zeros_like(attention_mask, dtype=query.dtype).masked_fill_(
-            ~attention_mask, torch.finfo(query.dtype).min)
     output = fused.apply(query, key, value, attention_mask, 0.0, causal, scaling)
     return output.transpose(1, 2).contiguous(), None
 

@@ -51,6 +51,7 @@ std::atomic<uint64_t> g_fallback_calls{0};
 // reads them): work a real device would launch, and the points where the host waits for it.
 // An op inside a counted launch (a graph replay, a fused kernel: Python raises the depth of
 // its thread around it) is inner work of that one launch, not a launch of its own.
+std::atomic<uint64_t> g_eager_ops{0};
 std::atomic<uint64_t> g_inner_ops{0};
 std::atomic<uint64_t> g_copies_d2d{0};
 std::atomic<uint64_t> g_copies_h2d{0};
@@ -1044,7 +1045,9 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
 void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
               torch::jit::Stack* stack) {
   g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
-  if (C10_UNLIKELY(t_launch_depth != 0)) {
+  if (C10_LIKELY(t_launch_depth == 0)) {
+    g_eager_ops.fetch_add(1, std::memory_order_relaxed);
+  } else {
     g_inner_ops.fetch_add(1, std::memory_order_relaxed);
   }
   run_on_cpu(op, stack);
@@ -1226,7 +1229,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
   m.def("launch_counters", [] {
     return std::unordered_map<std::string, uint64_t>{
-        {"fallback_ops", hpu_emu::g_fallback_calls.load()},
+        {"eager_ops", hpu_emu::g_eager_ops.load()},
         {"inner_ops", hpu_emu::g_inner_ops.load()},
         {"copies_d2d", hpu_emu::g_copies_d2d.load()},
         {"copies_h2d", hpu_emu::g_copies_h2d.load()},
