@@ -111,9 +111,16 @@ def counted(kind: str) -> Callable[[F], F]:
 
 def count_kernels() -> None:
     """Make each of the emulator's Gaudi kernels (``kernels/``: what ``torch.ops.hpu.*`` and
-    the hpex classes run) one fused-kernel launch. Called before they are registered, so the
-    registration takes the counted functions; their modules are left as written."""
-    from hpu_plugin.emulation import kernels
+    the hpex classes run) one fused-kernel launch, and each HPU graph replay one graph
+    launch. Called before the kernels are registered, so the registration takes the counted
+    functions; their modules are left as written."""
+    from hpu_plugin.emulation import graphs, kernels
+
+    replay = vars(graphs.HPUGraph).get("_replay")
+    if replay is not None and not getattr(replay, "_counted", False):
+        counted_replay = counted(GRAPH_REPLAY)(replay)
+        counted_replay._counted = True  # type: ignore[attr-defined]
+        graphs.HPUGraph._replay = counted_replay  # type: ignore[method-assign]
 
     functions = {id(kernel) for _, kernel, _ in kernels._ops()}
     families = (kernels.attention, kernels.normalization, kernels.optimizers, kernels.rotary,

@@ -434,6 +434,19 @@ def recompute_sdp_enabled() -> bool:
     return _recompute_sdp[0]
 
 
+set_autocast_hpu_dtype = set_autocast_dtype
+
+
+def is_autocast_hpu_enabled() -> bool:
+    """The bridge's name for whether HPU autocast is on (``wrap_in_hpu_graph`` keys its
+    graphs on it)."""
+    return torch.is_autocast_enabled("hpu")
+
+
+def set_autocast_hpu_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("hpu", bool(enabled))
+
+
 @contextlib.contextmanager
 def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict[str, Any]]:
     """Selects FusedSDPA's recompute variant inside the block, restoring the setting after."""
@@ -454,6 +467,32 @@ def enable_dynamic_shape() -> None:
 
 def disable_dynamic_shape() -> None:
     """Dynamic shapes need no switch in eager mode."""
+
+
+def get_dynamic_shape_status() -> bool:
+    return True
+
+
+_switches = {"inference_mode": False, "matmul3d_2d_reshape": False}
+
+
+def enable_inference_mode() -> None:
+    """The bridge's inference switch (``core.hpu_set_env`` turns it on): it lets the graph
+    compiler treat weights as constants; results do not change, so the emulator only keeps it."""
+    _switches["inference_mode"] = True
+
+
+def disable_inference_mode() -> None:
+    _switches["inference_mode"] = False
+
+
+def enable_matmul3d_2d_reshape() -> None:
+    """A graph-compiler layout switch of the bridge; no effect on results."""
+    _switches["matmul3d_2d_reshape"] = True
+
+
+def disable_matmul3d_2d_reshape() -> None:
+    _switches["matmul3d_2d_reshape"] = False
 
 
 def fallback_calls() -> int:
@@ -537,6 +576,24 @@ def _metrics_module() -> ModuleType:
 
 
 metrics = _metrics_module()
+
+
+def _graphs_module() -> ModuleType:
+    """``torch.hpu.graphs``: HPU graphs (``graphs.py``), importable in either mode as the
+    real module is; their names join ``torch.hpu`` only in lazy mode, as the real package
+    star-imports them only when ``is_lazy()``."""
+    from hpu_plugin.emulation import graphs as module
+    from hpu_plugin.emulation import lazy
+
+    sys.modules["torch.hpu.graphs"] = module
+    sys.modules["habana_frameworks.torch.hpu.graphs"] = module
+    if lazy.is_lazy():
+        for name, value in module.public_names():
+            globals()[name] = value
+    return module
+
+
+graphs = _graphs_module()
 metric_global = metrics.metric_global
 metric_localcontext = metrics.metric_localcontext
 metrics_dump = metrics.metrics_dump

@@ -199,3 +199,20 @@ def clear() -> None:
     with _lock:
         _recipes.clear()
         _ranged.clear()
+
+
+def account(graph_key: str, inputs: Sequence[Any], kind: str, duration_us: int) -> bool:
+    """One compiled run of a graph that is not an FX graph (a lazy-mode step, an HPU graph
+    capture): a compilation the first time its key and signature are seen, a cache hit
+    after. Returns whether it compiled."""
+    with _lock:
+        new, recipe = _admit(graph_key, inputs, False)
+    recipe_id = f"{kind}_{recipe}"
+    if not new:
+        metrics.dispatcher.publish(metrics.CACHE_HIT, {"recipe_id": recipe_id})
+        return False
+    metrics.dispatcher.publish(metrics.CACHE_MISS, {"recipe_id": recipe_id})
+    metrics.dispatcher.publish(
+        metrics.GRAPH_COMPILATION, {"duration": str(max(1, duration_us)), "recipe": recipe_id}
+    )
+    return True

@@ -109,6 +109,9 @@ def start() -> None:
     if getattr(torch, "hpu", None) is not hpu:
         torch._register_device_module("hpu", hpu)
     hpu._wrap_torch_manual_seed(patches)
+    from hpu_plugin.emulation import lazy
+
+    lazy.start()
     if str(STANDINS) not in sys.path:
         sys.path.append(str(STANDINS))
     _install_hlsmi_shim()

@@ -25,6 +25,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -58,6 +59,55 @@ std::atomic<uint64_t> g_copies_h2d{0};
 std::atomic<uint64_t> g_copies_d2h{0};
 std::atomic<uint64_t> g_scalar_reads{0};
 thread_local int t_launch_depth = 0;
+
+// ---------------------------------------------------------------- lazy-mode graph trace
+// In lazy mode the bridge accumulates ops until mark_step and compiles each distinct graph
+// once. The emulator runs ops at once; it keeps a running hash of the ops (name, overload,
+// tensor sizes, strides, dtypes, scalar arguments) since the last step so that mark_step can
+// key the recipe cache on the graph (hpu_plugin/emulation/lazy.py). Off in eager mode.
+std::atomic<bool> g_lazy_trace{false};
+std::mutex g_lazy_mutex;
+constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
+uint64_t g_lazy_hash = kFnvOffset;
+uint64_t g_lazy_ops = 0;
+
+inline uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v;
+  return h * 1099511628211ULL;
+}
+
+void trace_lazy(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                size_t begin, size_t count) {
+  uint64_t h = std::hash<std::string>{}(schema.name());
+  h = mix(h, std::hash<std::string>{}(schema.overload_name()));
+  for (size_t i = 0; i < count; ++i) {
+    const c10::IValue& iv = stack[begin + i];
+    if (iv.isTensor()) {
+      const at::Tensor& t = iv.toTensor();
+      if (!t.defined()) {
+        h = mix(h, 0);
+        continue;
+      }
+      h = mix(h, static_cast<uint64_t>(t.scalar_type()) + 1);
+      for (auto n : t.sizes()) h = mix(h, static_cast<uint64_t>(n));
+      for (auto n : t.strides()) h = mix(h, static_cast<uint64_t>(n));
+    } else if (iv.isInt()) {
+      h = mix(h, static_cast<uint64_t>(iv.toInt()));
+    } else if (iv.isDouble()) {
+      double d = iv.toDouble();
+      uint64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof(bits));
+      h = mix(h, bits);
+    } else if (iv.isBool()) {
+      h = mix(h, iv.toBool() ? 2 : 3);
+    } else if (iv.isIntList()) {
+      for (auto n : iv.toIntVector()) h = mix(h, static_cast<uint64_t>(n));
+    }
+  }
+  std::lock_guard<std::mutex> guard(g_lazy_mutex);
+  g_lazy_hash = mix(g_lazy_hash, h);
+  ++g_lazy_ops;
+}
 
 [[noreturn]] void refuse_index(c10::DeviceIndex index) {
   TORCH_CHECK(
@@ -98,6 +148,11 @@ struct DeviceStats {
   std::atomic<int64_t> num_allocs{0};
   std::atomic<int64_t> num_frees{0};
   std::atomic<int64_t> total_allocated{0};
+  // The bridge's other keys: the largest single allocation, and allocations and frees since
+  // the start, which reset_accumulated_memory_stats does not clear.
+  std::atomic<int64_t> max_alloc_size{0};
+  std::atomic<int64_t> total_allocs{0};
+  std::atomic<int64_t> total_frees{0};
 };
 
 DeviceStats g_stats[kMaxDevices];
@@ -118,12 +173,17 @@ void account_alloc(c10::DeviceIndex device, int64_t nbytes) {
   while (now > peak && !s.max_in_use.compare_exchange_weak(peak, now)) {
   }
   s.num_allocs.fetch_add(1);
+  s.total_allocs.fetch_add(1);
   s.total_allocated.fetch_add(nbytes);
+  int64_t largest = s.max_alloc_size.load();
+  while (nbytes > largest && !s.max_alloc_size.compare_exchange_weak(largest, nbytes)) {
+  }
 }
 
 void account_free(c10::DeviceIndex device, int64_t nbytes) {
   g_stats[device].in_use.fetch_sub(nbytes);
   g_stats[device].num_frees.fetch_add(1);
+  g_stats[device].total_frees.fetch_add(1);
 }
 
 // ---------------------------------------------------------------- allocator
@@ -870,6 +930,11 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& arguments = schema.arguments();
   const auto num_args = arguments.size();
   const auto begin = stack->size() - num_args;
+  // A host read of a value (item()) moves data, it is not part of a compiled graph.
+  if (g_lazy_trace.load(std::memory_order_relaxed) &&
+      schema.name() != "aten::_local_scalar_dense") {
+    trace_lazy(schema, *stack, begin, num_args);
+  }
   FallbackState st;
   st.op_name = schema.name().c_str();
 
@@ -1192,6 +1257,11 @@ std::unordered_map<std::string, int64_t> memory_stats(int device) {
           {"Limit", hpu_emu::g_config.memory_limit},
           {"NumAllocs", s.num_allocs.load()},
           {"NumFrees", s.num_frees.load()},
+          {"ActiveAllocs", s.num_allocs.load() - s.num_frees.load()},
+          {"MaxAllocSize", s.max_alloc_size.load()},
+          {"TotalSystemAllocs", s.total_allocs.load()},
+          {"TotalSystemFrees", s.total_frees.load()},
+          {"TotalActiveAllocs", s.total_allocs.load() - s.total_frees.load()},
           {"TotalAllocated", s.total_allocated.load()}};
 }
 
@@ -1239,5 +1309,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("enter_launch", [] { ++hpu_emu::t_launch_depth; });
   m.def("leave_launch", [] {
     if (hpu_emu::t_launch_depth > 0) --hpu_emu::t_launch_depth;
+  });
+  m.def("lazy_trace", [](bool on) { hpu_emu::g_lazy_trace.store(on); });
+  m.def("lazy_take", [] {
+    std::lock_guard<std::mutex> guard(hpu_emu::g_lazy_mutex);
+    auto taken = std::make_pair(hpu_emu::g_lazy_hash, hpu_emu::g_lazy_ops);
+    hpu_emu::g_lazy_hash = hpu_emu::kFnvOffset;
+    hpu_emu::g_lazy_ops = 0;
+    return taken;
   });
 }

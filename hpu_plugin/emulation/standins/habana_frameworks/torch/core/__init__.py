@@ -1,16 +1,23 @@
-"""Stand-in for ``habana_frameworks.torch.core``: ``torch.hpu`` and the lazy-mode step API.
+"""Stand-in for ``habana_frameworks.torch.core``: ``torch.hpu``, the step API and the
+environment functions of the real module.
 
 As in the real module, ``core.hpu`` is ``habana_frameworks.torch.hpu`` (DeepSpeed's HPU
 accelerator reaches ``htcore.hpu.Event``) and ``core.step_closure`` holds the step functions.
 
-In eager mode (the emulator's only mode) the step functions do nothing, as on hardware,
-where they log a warning once.
+In lazy mode (``PT_HPU_LAZY_MODE=1``) ``mark_step`` is where the accumulated graph runs: the
+emulator counts its compilation or recipe-cache hit there and runs the step closures
+(``hpu_plugin.emulation.lazy``). In eager mode the step functions do nothing, as on
+hardware, where they log a warning once.
 """
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterable
 from typing import Any
 
+import torch
+
+from hpu_plugin.emulation import lazy
 from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("habana_frameworks")
@@ -23,23 +30,72 @@ def _warn_once(name: str) -> None:
 
 
 def mark_step(device_str: str = "", sync: bool = False) -> None:
-    _warn_once("mark_step")
+    if lazy.is_lazy():
+        lazy.mark_step()
+    else:
+        _warn_once("mark_step")
 
 
-def iter_mark_step(iterable: Any) -> Any:
-    _warn_once("iter_mark_step")
-    yield from iterable
+def iter_mark_step(iterable: Any = "") -> Any:
+    """The bridge's ``iter_mark_step(device_str)`` marks a step; given an iterable (the
+    emulator's older form), a step is marked after each item."""
+    if isinstance(iterable, str):
+        mark_step()
+        return None
+    return _marked(iterable)
+
+
+def _marked(iterable: Iterable[Any]) -> Any:
+    for item in iterable:
+        yield item
+        mark_step()
 
 
 def add_step_closure(
     closure: Callable[..., Any], args: tuple = (), run_async: bool = False
 ) -> None:
+    """Lazy mode: run ``closure(*args)`` at the next ``mark_step``, as the bridge does.
+    Eager mode: at once (there is no step to wait for)."""
+    if lazy.is_lazy():
+        lazy.add_step_closure(closure, args)
+        return
     _warn_once("add_step_closure")
     closure(*args)
 
 
 def is_initialized() -> bool:
     return True
+
+
+def _weight_sharing_warning() -> None:
+    if os.getenv("PT_HPU_WEIGHT_SHARING", "1").upper() in ("ON", "1", "YES", "TRUE", "Y"):
+        log.warning("The experimental weight sharing feature is enabled and may cause larger "
+                    "device memory consumption in quantized models. Please disable it by "
+                    "setting PT_HPU_WEIGHT_SHARING=0")
+
+
+def hpu_set_inference_env(model: torch.nn.Module | None = None) -> None:
+    """Inference mode for the graph compiler; call before moving the model to ``hpu``."""
+    torch.hpu.enable_inference_mode()
+    torch.hpu.enable_matmul3d_2d_reshape()
+
+
+def hpu_inference_initialize(model: torch.nn.Module | None = None,
+                             mark_only_scales_as_const: bool = False,
+                             optimizer: Any = None, args: Any = None) -> None:
+    """The bridge marks the model's parameters as constants (lazy mode) for the graph
+    compiler; results do not change, so nothing more is needed here."""
+
+
+def hpu_teardown_inference_env() -> None:
+    torch.hpu.disable_inference_mode()
+    torch.hpu.disable_matmul3d_2d_reshape()
+
+
+#: The older names the bridge keeps ("to be deprecated"), which optimum-habana calls.
+hpu_set_env = hpu_set_inference_env
+hpu_initialize = hpu_inference_initialize
+hpu_reset_env = hpu_teardown_inference_env
 
 
 from habana_frameworks.torch import hpu  # noqa: E402, F401  (the real module exposes it)

@@ -1,0 +1,71 @@
+"""Lazy mode (``PT_HPU_LAZY_MODE=1``, the default of optimum-habana and lightning-habana) on
+the emulator: accepted; ``mark_step()`` is where the accumulated graph runs, compiled once per
+distinct graph and found in the recipe cache after, as the bridge's metrics count it; step
+closures run there; what lazy mode refuses stays refused."""
+
+from __future__ import annotations
+
+LAZY = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_ENABLE_CACHE_METRICS": "1"}
+
+
+def test_mark_step_runs_the_accumulated_graph_and_counts_it_like_the_bridge(run):
+    out = run("""
+        import torch
+        import habana_frameworks.torch.core as htcore
+        from habana_frameworks.torch.hpu.metrics import metric_global
+
+        compiled = metric_global("graph_compilation")
+        cache = metric_global("recipe_cache")
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).to("hpu")
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        htcore.mark_step()
+        base = dict(compiled.stats())["TotalNumber"]
+
+        def step(batch):
+            opt.zero_grad(set_to_none=True)
+            model(torch.ones(batch, 8, device="hpu")).sum().backward()
+            opt.step()
+            htcore.mark_step()
+            return dict(compiled.stats())["TotalNumber"] - base
+
+        counts = [step(4) for _ in range(4)]
+        assert counts == [1, 1, 1, 1], counts      # one graph, compiled once
+        assert step(6) == 2 and step(6) == 2       # a new shape: one more
+        assert step(4) == 2                        # back to the first: a cache hit
+        htcore.mark_step()                         # nothing accumulated: nothing to run
+        assert dict(compiled.stats())["TotalNumber"] - base == 2
+        hits = dict(cache.stats())
+        assert hits["TotalMiss"] >= 2 and hits["TotalHit"] >= 4, hits
+
+        # step closures run at the mark, not before
+        seen = []
+        htcore.add_step_closure(lambda value: seen.append(value), ("done",))
+        assert seen == []
+        htcore.mark_step()
+        assert seen == ["done"]
+        import habana_frameworks.torch.core.step_closure as sc
+        sc._mark_step_if_lazy()
+        print("lazy", torch.hpu.is_available())
+    """, LAZY)
+    assert "lazy True" in out.stdout
+
+
+def test_lazy_mode_keeps_its_refusals(run):
+    run("""
+        import torch
+        # torch.compile does not work in lazy mode: the plugin refuses it, naming the switch
+        try:
+            torch.compile(torch.nn.Linear(2, 2).to("hpu"))(torch.ones(1, 2, device="hpu"))
+        except Exception as exc:
+            assert "PT_HPU_LAZY_MODE" in str(exc), exc
+        else:
+            raise AssertionError("torch.compile in lazy mode was accepted")
+        # int64 stays off the device in lazy mode, even with the switch on (it is ignored)
+        try:
+            torch.tensor([2**40]).to("hpu")
+        except RuntimeError as exc:
+            assert "Error when trying to cast Long to Int" in str(exc), exc
+        else:
+            raise AssertionError("int64 beyond int32 reached the device in lazy mode")
+        assert torch.tensor([7]).to("hpu").cpu().item() == 7
+    """, {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"})
