@@ -5,7 +5,8 @@ In eager mode every op is a launch on Gaudi: ``torch.optim.AdamW`` makes several
 parameter, the fused kernel (``torch.ops.hpu.optimizer_adamw``, what hpex ``FusedAdamW``
 calls) one per parameter group. Every optimizer a ``Trainer`` or a user's ``accelerator.
 prepare`` steps is an ``AcceleratedOptimizer``; when it wraps exactly ``torch.optim.AdamW``
-or ``SGD`` with options the kernels have, on ``hpu`` parameters, its ``step`` runs the
+or ``SGD`` (also with ``fused=True``, torch's fused kernel, which Gaudi lacks) with options the
+kernels have, on ``hpu`` parameters, its ``step`` runs the
 kernel on the optimizer's own state (torch's layout: ``step``, ``exp_avg``, ``exp_avg_sq``,
 ``momentum_buffer``), so schedulers, ``state_dict`` and checkpoints stay torch's. Any other
 class (a subclass, Adafactor, bitsandbytes 8-bit, ...) or option keeps torch's step.
@@ -58,9 +59,13 @@ def _fits(optimizer: Any) -> str | None:
     if kind is None:
         return None
     for group in optimizer.param_groups:
-        if not _on_hpu(list(group["params"])) or isinstance(group.get("lr"), torch.Tensor):
+        params = list(group["params"])
+        if (params and not _on_hpu(params)) or isinstance(group.get("lr"), torch.Tensor):
             return None
-        if group.get("maximize") or group.get("differentiable") or group.get("fused"):
+        # ``fused=True`` (Transformers 5's default ``adamw_torch_fused``) is torch's own fused
+        # kernel, which the Gaudi bridge does not have (aten::_fused_adamw_ falls back to
+        # the CPU): the same arithmetic, so the Gaudi kernel takes it over.
+        if group.get("maximize") or group.get("differentiable"):
             return None
         if kind == "adamw" and (group.get("amsgrad") or group.get("capturable")
                                 or not group.get("decoupled_weight_decay", True)):
@@ -97,13 +102,23 @@ def adamw_step(optimizer: Any) -> None:
             bc1, bc2 = 1 - beta1**step, 1 - beta2**step
             lr, wd = group["lr"], group["weight_decay"]
             states = [optimizer.state[p] for p in params]
+            # the bridge's two schemas: lazy mode takes the decay factor as a float
+            decay = (1.0 - lr * wd,) if _lazy() else (_scalar(1.0 - lr * wd, params[0]), wd != 0)
             torch.ops.hpu.optimizer_adamw(
                 [p.grad for p in params], [p.data for p in params],
                 [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                 _scalar(-lr * math.sqrt(bc2) / bc1, params[0]), beta1, beta2,
-                group["eps"] * math.sqrt(bc2), _scalar(1.0 - lr * wd, params[0]), wd != 0,
-                None, None,
+                group["eps"] * math.sqrt(bc2), *decay, None, None,
             )
+
+
+def _lazy() -> bool:
+    """The mode the bridge's ops were loaded for (its ``utils.internal.is_lazy``)."""
+    try:
+        from habana_frameworks.torch.utils.internal import is_lazy
+    except Exception:
+        return False
+    return bool(is_lazy())
 
 
 def sgd_step(optimizer: Any) -> None:
@@ -126,7 +141,10 @@ def sgd_step(optimizer: Any) -> None:
             if state.get("momentum_buffer") is None:
                 state["momentum_buffer"] = torch.zeros_like(p)
             buffers.append(state["momentum_buffer"])
-        step_t = torch.tensor([0], dtype=torch.int32).to(params[0].device)
+        step_t = vars(optimizer).get("_hpu_plugin_sgd_step")  # the kernel's epoch counter
+        if step_t is None:
+            step_t = torch.tensor([0], dtype=torch.int32).to(params[0].device)
+            optimizer._hpu_plugin_sgd_step = step_t
         torch.ops.hpu.optimizer_sgd_momentum(
             grads, weights, buffers, step_t, lr, _scalar(group["momentum"], params[0]).float(),
             group["weight_decay"], group.get("dampening", 0), group.get("nesterov", False))

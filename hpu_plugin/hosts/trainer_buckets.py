@@ -10,6 +10,11 @@ ids with the pad token, masks with 0 and labels with -100, so that the loss, and
 count ``num_items_in_batch`` that scales it, are those of the unpadded batch. The decoder
 side of a sequence-to-sequence batch (``labels``, ``decoder_*``) gets its own bucket.
 
+Padding to the longest row of a random batch costs about a third of the real tokens before
+any bucket; while batches are bucketed, the default random sampler batches rows of similar
+length (``BucketGroupedSampler``, as ``group_by_length`` does; ``HPU_PLUGIN_BUCKETS_GROUP=0``
+keeps the random batches).
+
 The user's choice wins: a collator with ``pad_to_multiple_of`` or ``padding="max_length"``
 decides its lengths; ``HPU_PLUGIN_BUCKETS=0`` (or ``_LENGTH=0``) turns bucketing off. In every
 case where the model is compiled for Gaudi the steps are watched with Gaudi's own

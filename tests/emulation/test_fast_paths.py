@@ -113,3 +113,63 @@ def test_fast_paths_keep_losses_and_tokens_and_cut_launches(run):
     for name in ("llama", "qwen2"):
         assert result[name]["on"]["infer"]["fused_kernels"] > 0, name
         assert result[name]["on"]["infer"]["launches"] < result[name]["off"]["infer"]["launches"]
+
+
+OPTIMIZERS = r"""
+import json, os
+import torch
+from accelerate import Accelerator
+from hpu_plugin.emulation import counters
+
+def run(make, fast, clip):
+    os.environ["HPU_PLUGIN_FAST"] = fast
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model.to("hpu")
+    optimizer = make(model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    norms = []
+    for step in range(6):
+        x = torch.randn(5, 8).to("hpu")
+        loss = model(x).pow(2).mean() * 10
+        accelerator.backward(loss)
+        norms.append(float(accelerator.clip_grad_norm_(model.parameters(), clip)))
+        counters.reset()
+        optimizer.step()
+        launches = counters.snapshot()["launches"]
+        scheduler.step()
+        optimizer.zero_grad()
+    state = optimizer.state_dict()["state"].get(0, {})
+    return ([p.detach().cpu().flatten().tolist() for p in model.parameters()], norms,
+            sorted(state), launches)
+
+MAKERS = {
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=0.05, fused=True),
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01,
+                                              nesterov=True),
+}
+out = {}
+for name, make in MAKERS.items():
+    off, on = run(make, "0", 0.5), run(make, "1", 0.5)
+    diff = max(abs(a - b) for x, y in zip(off[0], on[0]) for a, b in zip(x, y))
+    out[name] = {"diff": diff, "norms": [off[1], on[1]], "state": [off[2], on[2]],
+                 "launches": [off[3], on[3]]}
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.mark.e2e
+def test_fused_optimizers_and_clip_norm_match_torch_and_keep_its_state(run):
+    out = run(OPTIMIZERS).stdout
+    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line[len("RESULT"):])
+    for name, r in result.items():
+        assert r["diff"] < 1e-5, (name, r)  # six steps, a scheduler halving lr, clipping
+        off, on = r["norms"]
+        assert all(abs(a - b) <= 1e-5 * max(1.0, b) for a, b in zip(on, off, strict=True))
+        assert r["state"][0] == r["state"][1], (name, r["state"])  # torch's state layout
+        assert r["launches"][1] < r["launches"][0], (name, r["launches"])
