@@ -91,6 +91,8 @@ def fused_attention(fused: Any, module: Any, query: Any, key: Any, value: Any,
     key-value heads and boolean masks (True keeps) go to the kernel as they are, as it takes
     them."""
     q_length, kv_length = query.shape[2], key.shape[2]
+    if attention_mask is not None and attention_mask.ndim == 4:  # 4.5x: a static cache's mask
+        attention_mask = attention_mask[:, :, :, :kv_length]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(q_length > 1 and attention_mask is None and causal)
     if causal and kv_length > q_length:  # prefill into an empty static cache
@@ -102,35 +104,36 @@ def fused_attention(fused: Any, module: Any, query: Any, key: Any, value: Any,
 # -- RMSNorm --------------------------------------------------------------------------------
 
 
-def _rms_forward(module: Any, fused: Any) -> Callable[[Any], Any]:
+@functools.cache
+def _fused_rms_norm() -> Any | None:
+    try:
+        from habana_frameworks.torch.hpex.normalization import FusedRMSNorm
+    except Exception:
+        return None
+    return FusedRMSNorm
+
+
+def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     """Llama's RMSNorm by the kernel: in float32 one launch; in another dtype the kernel
-    normalises in float32 (unit weight) and the weight multiplies after the cast, as there."""
+    normalises in float32 (unit weight) and the weight multiplies after the cast, as there.
+    Bound to the norm instance, so a deep copy of the model is bound to its own copy."""
     import torch
 
-    plain = module.forward
-    unit: list[Any] = []
-
-    def forward(hidden_states: Any) -> Any:
-        weight = module.weight
-        if hidden_states.device.type != DEVICE_TYPE or _compiling():
-            return plain(hidden_states)
-        if hidden_states.dtype == weight.dtype == torch.float32:
-            return fused.apply(hidden_states, weight, module.variance_epsilon)
-        if not unit or unit[0].shape != weight.shape or unit[0].device != weight.device:
-            unit[:] = [torch.ones_like(weight, dtype=torch.float32)]
-        normed = fused.apply(hidden_states.float(), unit[0], module.variance_epsilon)
-        return weight * normed.to(hidden_states.dtype)
-
-    return ours(forward)
+    weight, fused = self.weight, _fused_rms_norm()
+    if hidden_states.device.type != DEVICE_TYPE or fused is None or _compiling():
+        return type(self).forward(self, hidden_states)
+    if hidden_states.dtype == weight.dtype == torch.float32:
+        return fused.apply(hidden_states, weight, self.variance_epsilon)
+    unit = torch.ones_like(weight, dtype=torch.float32)
+    normed = fused.apply(hidden_states.float(), unit, self.variance_epsilon)
+    return weight * normed.to(hidden_states.dtype)
 
 
 def fuse_norms(registry: Registry, model: Any) -> int:
     """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it."""
     if getattr(model, "_hpu_plugin_norms", None) is not None:
         return int(model._hpu_plugin_norms)
-    try:
-        from habana_frameworks.torch.hpex.normalization import FusedRMSNorm
-    except Exception:
+    if _fused_rms_norm() is None:
         return 0
     norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
@@ -138,7 +141,7 @@ def fuse_norms(registry: Registry, model: Any) -> int:
     if norms and registry.fast_path("fused_rms_norm", DEVICE_TYPE,
                                     {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
-            norm.forward = _rms_forward(norm, FusedRMSNorm)
+            norm.forward = types.MethodType(ours(fused_rms_forward), norm)
     else:
         norms = []
     model._hpu_plugin_norms = len(norms)

@@ -164,21 +164,30 @@ def fuse(registry: Registry, optimizer: Any) -> bool:
     original = optimizer.step
     fused = STEPS[kind]
 
-    @functools.wraps(original)
-    def step(closure: Callable[[], Any] | None = None) -> Any:
+    def run(self: Any, closure: Callable[[], Any] | None = None) -> Any:
         import torch
 
-        if _fits(optimizer) != kind:  # groups added or options changed since: torch's step
-            return original(closure)
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         with torch.no_grad():
-            fused(optimizer)
+            fused(self)
         return loss
 
-    optimizer.step = ours(step)
+    # torch's own wrapper of every optimizer step: step hooks, profiler range, step counter
+    hooked = getattr(type(optimizer), "profile_hook_step", lambda f: f)(run)
+
+    def step(self: Any, closure: Callable[[], Any] | None = None) -> Any:
+        if _fits(self) != kind:  # groups added or options changed since: torch's step
+            return original(closure)
+        self._opt_called = True  # what an LR scheduler's wrapper of step records
+        return hooked(self, closure)
+
+    if getattr(original, "_wrapped_by_lr_sched", False):  # step records its call, as before
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    # a bound method, as the step it replaces: LR schedulers wrap ``step.__func__``
+    optimizer.step = types.MethodType(ours(step), optimizer)
     return True
 
 

@@ -135,22 +135,28 @@ def test_recompiling_with_buckets_off_names_the_switch(run):
 
 
 GROUPING = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
-    "trainer.train()\n", """sampler = trainer._get_train_sampler()
-order = list(sampler)
-lengths = [Rows().n[i] for i in order]
-batches = [lengths[i:i + 2] for i in range(0, len(lengths), 2)]
-print("RESULT" + json.dumps({"sampler": type(sampler).__name__, "order": sorted(order),
-      "padding": sum(2 * max(b) - sum(b) for b in batches) / sum(lengths)}))
+    "trainer.train()\n", """import os
+def sampled(trainer):
+    sampler = trainer._get_train_sampler()
+    order = list(sampler)
+    lengths = [Rows().n[i] for i in order]
+    batches = [lengths[i:i + 2] for i in range(0, len(lengths), 2)]
+    return {"sampler": type(sampler).__name__, "order": sorted(order),
+            "padding": sum(2 * max(b) - sum(b) for b in batches) / sum(lengths)}
+grouped = sampled(trainer)
+os.environ["HPU_PLUGIN_BUCKETS_GROUP"] = "0"
+kept = sampled(Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate))
+print("RESULT" + json.dumps({"grouped": grouped, "kept": kept}))
 raise SystemExit(0)
 """)
 
 
 @pytest.mark.e2e
 def test_bucketed_training_batches_rows_of_similar_length(run):
-    grouped = _result(run(GROUPING))
+    result = _result(run(GROUPING))
+    grouped, kept = result["grouped"], result["kept"]
     assert grouped["sampler"] == "BucketGroupedSampler"
     assert grouped["order"] == list(range(16))  # every row once an epoch
-    kept = _result(run(GROUPING, {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
     assert kept["sampler"] == "RandomSampler" and kept["order"] == list(range(16))
     # padding to the longest row of a batch: rows of similar length need much less of it
     assert grouped["padding"] < kept["padding"] / 3, (grouped, kept)
