@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
+from types import ModuleType
 from typing import Any, TypeVar
 
 from hpu_plugin.emulation import runtime
@@ -123,8 +124,8 @@ def count_kernels() -> None:
         graphs.HPUGraph._replay = counted_replay  # type: ignore[method-assign]
 
     functions = {id(kernel) for _, kernel, _ in kernels._ops()}
-    families = (kernels.attention, kernels.normalization, kernels.optimizers, kernels.rotary,
-                kernels.moe, kernels.fp8)
+    families = [module for module in vars(kernels).values() if isinstance(module, ModuleType)
+                and module.__name__.startswith(kernels.__name__ + ".")]
     for family in families:
         for name, value in list(vars(family).items()):
             if id(value) in functions and not getattr(value, "_counted", False):
