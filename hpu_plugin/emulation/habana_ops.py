@@ -15,6 +15,11 @@ Ops provided:
     ``dequantize_nf4(Tensor input, Tensor absmax, SymInt blocksize, int[] out_shape,
     ScalarType out_dtype) -> Tensor``.
 
+The ops behind the ``hpex`` kernels, fused optimizers and fp8 (FusedSDPA's ``sdpa_*``,
+``rms_norm``, ``rotary_pos_embedding``, ``mixture_of_experts``, ``optimizer_adamw``,
+``cast_to_fp8_v2``, ...) live in ``hpu_plugin.emulation.kernels``; :func:`register` registers
+them too.
+
 Registration happens only while emulating: the emulator's ``start()`` imports this module
 (or calls :func:`register`), and it never runs when the real ``habana_frameworks`` is
 installed. Importing it in a process without a started emulator (tests) defines nothing.

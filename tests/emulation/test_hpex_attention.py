@@ -128,14 +128,29 @@ results["recompute dropout backward"] = ["float32", max(
     [(out.detach().cpu() - ref.detach()).abs().max().item()]
     + [(a.cpu() - b).abs().max().item() for a, b in zip(got, want)])]
 
-# traced by torch.compile (hpu_backend) through the ops' fake kernels
-def attend(q, k, v):
-    return FusedSDPA.apply(q, k, v, None, 0.0, True, None, "None", False)
-compiled = torch.compile(attend, backend="hpu_backend")
+# traced by torch.compile (hpu_backend) through the ops' fake kernels: attention, then the
+# rotary embedding and RMSNorm of the same model code
+from habana_frameworks.torch.hpex.kernels import RotaryPosEmbeddingHelperV2
+from habana_frameworks.torch.hpex.normalization import FusedRMSNorm
+
+def block(q, k, v, cos, sin, pos, w):
+    out = FusedSDPA.apply(q, k, v, None, 0.0, True, None, "None", False)
+    return FusedRMSNorm.apply(RotaryPosEmbeddingHelperV2.apply(out, cos, sin, pos), w, 1e-6)
+
+def block_ref(q, k, v, cos, sin, pos, w):
+    out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    c, s = cos[0, 0][pos].unsqueeze(1), sin[0, 0][pos].unsqueeze(1)
+    half = out.shape[-1] // 2
+    out = out * c + torch.cat((-out[..., half:], out[..., :half]), -1) * s
+    return out * torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+compiled = torch.compile(block, backend="hpu_backend")
 q, k, v = (torch.randn(1, 2, 8, 16) for _ in range(3))
-out = compiled(q.to("hpu"), k.to("hpu"), v.to("hpu")).cpu()
-results["torch.compile"] = ["float32", (out - F.scaled_dot_product_attention(
-    q, k, v, is_causal=True)).abs().max().item()]
+angles = torch.outer(torch.arange(8.0), torch.linspace(0.1, 1.0, 8)).repeat(1, 2)
+args = (q, k, v, angles.cos()[None, None], angles.sin()[None, None],
+        torch.arange(8).unsqueeze(0), torch.randn(16))
+out = compiled(*(t.to("hpu") for t in args)).cpu()
+results["torch.compile"] = ["float32", (out - block_ref(*args)).abs().max().item()]
 print("RESULTS " + json.dumps(results))
 """
 
@@ -160,6 +175,13 @@ attempts = {
     "bad padding side": lambda: FusedSDPA.apply(q.detach(), k.detach(), v.detach(), None, 0.0,
                                                 True, None, "None", False, lengths, "middle"),
 }
+def mask_without_recompute():
+    with torch.hpu.sdp_kernel(enable_recompute=False):
+        return FusedSDPA.apply(q.detach(), k.detach(), v.detach(), None, 0.1, False, None,
+                               "None", None, None, "left", True)
+attempts["dropout mask, recompute by default"] = lambda: FusedSDPA.apply(
+    q.detach(), k.detach(), v.detach(), None, 0.1, False, None, "None", None, None, "left", True)
+attempts["dropout mask in sdp_kernel(enable_recompute=False)"] = mask_without_recompute
 for name, attempt in attempts.items():
     try:
         attempt()
@@ -203,6 +225,10 @@ def test_what_the_bridge_refuses_is_refused_with_its_message(run):
         "case")
     assert lines["REFUSED dropout mask with recompute"].endswith(
         "Return_dropout_mask is not supported in recompute mode")
+    # torch.hpu.recompute_sdp_enabled() (on by default) decides when recompute_mode is None
+    assert lines["REFUSED dropout mask, recompute by default"].endswith(
+        "Return_dropout_mask is not supported in recompute mode")
+    assert "ACCEPTED dropout mask in sdp_kernel(enable_recompute=False)" in lines
     assert "hpu::sdpa_fwd" in lines["REFUSED cpu tensors"]
     assert "'CPU' backend" in lines["REFUSED cpu tensors"]
     assert lines["REFUSED bad padding side"].endswith(

@@ -1,12 +1,15 @@
 """fp8 on the emulated Gaudi: the bridge's float8 casts and GEMM, and the Transformer Engine
-stand-in (``hpex.experimental.transformer_engine``) as a user trains with it, against a CPU
-reference built from torch's float8 dtypes; refused on first-generation Gaudi as the Gaudi
-Transformer Engine refuses.
+stand-in (``hpex.experimental.transformer_engine``, ``intel_transformer_engine``) as a user
+and Accelerate's ``mixed_precision="fp8"`` train with it, against a CPU reference built from
+torch's float8 dtypes; refused on first-generation Gaudi as the Gaudi Transformer Engine
+refuses.
 
-The reference applies the recipe by hand: first step scale 1, then ``2 ** floor(log2(fp8_max
-/ amax))`` from the amax history; E4M3 saturates at 240 on Gaudi2 and 448 on Gaudi3. Outputs
-and gradients agree with it to 1e-5 (both accumulate the dequantized fp8 values in float32);
-against a float32 ``nn.Linear`` the fp8 layer is within 8% (E4M3 keeps 3 mantissa bits).
+The reference applies the recipe by hand, rounding to nearest (``PT_TE_FORCE_SR_BWD=0`` turns
+off the stochastic rounding of HYBRID backward casts, checked separately): first step scale
+1, then ``2 ** floor(log2(fp8_max / amax))`` from the amax history; E4M3 saturates at 240 on
+Gaudi2 and 448 on Gaudi3. Outputs and gradients agree with it to 1e-5 (both accumulate the
+dequantized fp8 values in float32); against a float32 ``nn.Linear`` the fp8 layer is within
+8% (E4M3 keeps 3 mantissa bits).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ pytestmark = pytest.mark.e2e
 
 TRAIN = r"""
 import math
+import os
 import torch
 import torch.nn.functional as F
 import habana_frameworks.torch.hpex.experimental.transformer_engine as te
@@ -72,9 +76,63 @@ print("fp8 vs fp32", worst_fp32)
 print("scales", layer.fp8_meta["scaling_fwd"].scale.cpu().tolist(), [sx, sw])
 plain = layer(xs[0].to("hpu")).detach().cpu()
 print("outside autocast equal", torch.equal(plain, F.linear(xs[0], weight, bias)))
+# by default a HYBRID backward rounds stochastically (the loop above set PT_TE_FORCE_SR_BWD=0
+# to compare exactly): the gradient moves off the nearest-rounding one, within E5M2's precision
+del os.environ["PT_TE_FORCE_SR_BWD"]
+x_dev = xs[0].to("hpu").requires_grad_()
+with te.fp8_autocast(enabled=True, fp8_recipe=DelayedScaling(fp8_format=Format.HYBRID)):
+    out = layer(x_dev)  # a new recipe: fresh scales of 1
+drawn = torch.autograd.grad(out, x_dev, g.to("hpu"))[0].cpu()
+nearest = q(g, 1.0, torch.float8_e5m2, 57344.0) @ q(weight, 1.0, torch.float8_e4m3fn, E4M3_MAX)
+print("stochastic backward", not torch.equal(drawn, nearest),
+      ((drawn - nearest).abs().max() / nearest.abs().max()).item() < 0.3)
+os.environ["PT_TE_FORCE_SR_BWD"] = "0"
 big = torch.tensor([1000.0, 300.0, -300.0, 1.0], device="hpu")
 casted, amax = torch.ops.hpu.cast_to_fp8_v2(big, None, False, True, torch.float8_e4m3fn)
 print("saturates at", casted.float().cpu().tolist(), "amax", amax.item())
+
+# the casts and the GEMM traced by torch.compile (hpu_backend), as the bridge's own op tests do
+def fp8_matmul(a, b, scale):
+    a8, _ = torch.ops.hpu.cast_to_fp8_v2(a, scale, False, False, torch.float8_e4m3fn)
+    b8, _ = torch.ops.hpu.cast_to_fp8_v2(b, scale, False, False, torch.float8_e4m3fn)
+    inv = scale.reciprocal()
+    return (torch.ops.hpu.fp8_gemm_v2(a8, False, b8, True, None, torch.float32, inv, inv),
+            torch.ops.hpu.cast_from_fp8(a8, inv, torch.float32))
+a, b, scale = torch.randn(4, 16), torch.randn(8, 16), torch.tensor(4.0)
+got, back = torch.compile(fp8_matmul, backend="hpu_backend")(a.to("hpu"), b.to("hpu"),
+                                                            scale.to("hpu"))
+a8, b8 = q(a, 4.0, torch.float8_e4m3fn, E4M3_MAX), q(b, 4.0, torch.float8_e4m3fn, E4M3_MAX)
+print("compiled fp8 equal", torch.allclose(got.cpu(), a8 @ b8.T, atol=1e-5),
+      torch.equal(back.cpu(), a8))
+
+# DeepSpeed 0.19.8's HPU FPQuantizer: per-group tensor scales, quantize then dequantize
+val = torch.randn(4, 32) * torch.tensor([[0.01], [1.0], [100.0], [1e4]])
+scale = torch.finfo(torch.float8_e4m3fn).max / val.abs().max(dim=1, keepdim=True)[0]
+quant, _ = torch.ops.hpu.cast_to_fp8_v2(val.to("hpu"), scale.to("hpu"), False,
+                                        dtype=torch.float8_e4m3fn)
+back = torch.ops.hpu.cast_from_fp8(quant, (1.0 / scale).to("hpu"), torch.float32)
+want = (val * scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).float() * (1.0 / scale)
+print("deepspeed fp quantizer equal", torch.equal(back.cpu(), want))
+
+# Accelerate's fp8 (Transformer Engine backend), which imports intel_transformer_engine on HPU
+from accelerate import Accelerator
+from accelerate.utils import TERecipeKwargs
+acc = Accelerator(mixed_precision="fp8", kwargs_handlers=[TERecipeKwargs()])
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model, opt = acc.prepare(model, opt)
+x = torch.randn(8, 32, device=acc.device)
+losses = []
+for _ in range(5):
+    loss = model(x).pow(2).mean()
+    acc.backward(loss)
+    opt.step()
+    opt.zero_grad()
+    losses.append(loss.item())
+layers = [m for m in model.modules() if type(m) is te.Linear]
+print("accelerate fp8", acc.device.type, len(layers),
+      all(m.fp8_meta["scaling_fwd"].steps == 5 for m in layers), losses[-1] < losses[0])
 """
 
 GAUDI1 = r"""
@@ -103,7 +161,8 @@ SATURATED = {"gaudi2": "[240.0, 240.0, -240.0, 1.0]", "gaudi3": "[448.0, 288.0, 
 
 @pytest.mark.parametrize("generation", ["gaudi2", "gaudi3"])
 def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generation):
-    lines = run(TRAIN, {"HPU_PLUGIN_EMULATE": generation}).stdout.splitlines()
+    env = {"HPU_PLUGIN_EMULATE": generation, "PT_TE_FORCE_SR_BWD": "0"}
+    lines = run(TRAIN, env).stdout.splitlines()
     assert lines[0] == "available (True, '')"
     worst = float(next(x for x in lines if x.startswith("fp8 vs reference")).split()[-1])
     assert worst <= 1e-5
@@ -114,7 +173,12 @@ def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generat
     assert [float(v) for v in got.strip("[]").split(", ")] == [
         float(v) for v in want.strip("[]").split(", ")]
     assert "outside autocast equal True" in lines
+    assert "stochastic backward True True" in lines
+    assert "compiled fp8 equal True True" in lines
+    assert "deepspeed fp quantizer equal True" in lines
     assert f"saturates at {SATURATED[generation]} amax 1000.0" in lines
+    # Accelerate converted both nn.Linear to te.Linear, ran 5 fp8 steps, and the loss fell
+    assert "accelerate fp8 hpu 2 True True" in lines
 
 
 def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_message(run):

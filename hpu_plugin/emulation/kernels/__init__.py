@@ -23,7 +23,15 @@ from typing import Any
 
 import torch
 
-from hpu_plugin.emulation.kernels import attention, fp8, moe, normalization, optimizers, rotary
+from hpu_plugin.emulation.kernels import (
+    attention,
+    ctc,
+    fp8,
+    moe,
+    normalization,
+    optimizers,
+    rotary,
+)
 
 NAMESPACE = "hpu"
 _lock = threading.Lock()
@@ -80,6 +88,13 @@ def _fake_first(first: torch.Tensor, *rest: Any) -> torch.Tensor:
     return _like(first)
 
 
+def _fake_first_arg_of(index: int) -> Callable[..., torch.Tensor]:
+    def fake(*args: Any) -> torch.Tensor:
+        return _like(args[index])
+
+    return fake
+
+
 def _fake_none(*args: Any) -> None:
     return None
 
@@ -131,6 +146,15 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
         ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
          fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
     ]
+
+
+def _fake_ctc(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+              target_lengths: torch.Tensor, blank: int, reduction: int, zero_infinity: bool
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, steps = log_probs.shape[1], log_probs.shape[0]
+    loss = _like(log_probs, [batch] if reduction == ctc.NONE else [])
+    longest = targets.shape[-1] if targets.dim() == 2 else targets.shape[0]
+    return loss, _like(log_probs, [batch, steps, 2 * longest + 1])
 
 
 def _adamw_pair() -> tuple[str, Callable[..., None]]:
@@ -188,6 +212,13 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
         (adamw_schema, adamw, _fake_none),
         (optimizers.SGD, optimizers.optimizer_sgd, _fake_none),
         (optimizers.SGD_MOMENTUM, optimizers.optimizer_sgd_momentum, _fake_none),
+        ("ctc_loss_custom(Tensor log_probs, Tensor targets, Tensor input_lengths, "
+         "Tensor target_lengths, int blank, int reduction, bool zero_infinity) "
+         "-> (Tensor, Tensor)", ctc.ctc_loss_custom, _fake_ctc),
+        ("ctc_loss_custom_backward(Tensor grad, Tensor log_probs, Tensor targets, "
+         "Tensor input_lengths, Tensor target_lengths, Tensor neg_log_likelihood, "
+         "Tensor log_alpha, int blank, int reduction, bool zero_infinity) -> Tensor",
+         ctc.ctc_loss_custom_backward, _fake_first_arg_of(1)),
         *_fp8_ops(),
     ]
 

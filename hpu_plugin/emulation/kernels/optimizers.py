@@ -32,6 +32,8 @@ import torch
 
 from hpu_plugin.emulation.kernels.checks import expect, expect_same_lengths
 
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
 ADAMW_EAGER = (
     "optimizer_adamw(Tensor[] gradient_vec, Tensor(a!)[] weight_vec, Tensor(b!)[] exp_avg_vec, "
     "Tensor(c!)[] exp_avg_sq_vec, Tensor neg_step_t, float beta1, float beta2, float epsilon, "
@@ -64,7 +66,10 @@ def _write(moment: torch.Tensor, value: torch.Tensor, scale: torch.Tensor | None
     if scale is None:
         moment.copy_(value.to(moment.dtype))
         return
-    largest = torch.finfo(moment.dtype).max if moment.dtype.is_floating_point else 1.0
+    if moment.dtype not in FP8:  # the other moment of a mixed (e.g. bf16, fp8) pair
+        moment.copy_((value / scale.float()).to(moment.dtype))
+        return
+    largest = torch.finfo(moment.dtype).max
     new_scale = torch.clamp(value.abs().amax() / largest, min=torch.finfo(torch.float32).tiny)
     moment.copy_((value / new_scale).to(moment.dtype))
     scale.copy_(new_scale.reshape(scale.shape).to(scale.dtype))

@@ -1,6 +1,7 @@
 """Stand-in for ``habana_frameworks.torch.hpex.kernels``: the names the bridge exports that
-code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers)."""
+code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers, CTCLoss)."""
 
+from .CTCLoss import CTCLoss
 from .FusedSDPA import FusedSDPA, gqa_output_reshape, is_gqa
 from .RotaryPosEmbeddingHelper import (
     RotaryPosEmbeddingHelperV1,
@@ -12,6 +13,7 @@ from .RotaryPosEmbeddingHelper import (
 )
 
 __all__ = [
+    "CTCLoss",
     "FusedSDPA",
     "RotaryPosEmbeddingHelperV1",
     "RotaryPosEmbeddingHelperV2",

@@ -1,17 +1,21 @@
-"""Stand-in for ``habana_frameworks.torch.hpex.experimental.transformer_engine``: Intel
-Gaudi's Transformer Engine (``intel_transformer_engine``, which the bridge re-exports here)
-for fp8 training on Gaudi2 and later, with float8 numerics emulated by torch's float8 dtypes
-and the emulated ``torch.ops.hpu`` fp8 casts and GEMM.
+"""Stand-in for ``habana_frameworks.torch.hpex.experimental.transformer_engine``.
 
-Provided: ``Linear``, ``fp8_autocast``, ``recipe`` (``DelayedScaling``, ``Format``), ``fp8``
-(``is_fp8_available``, ``FP8GlobalStateManager``, ``get_fp8_te_dtype``). Not provided: the
-other Transformer Engine modules (``LayerNormLinear``, ``LayerNormMLP``, ``FusedAttention``,
-...), distributed amax reduction and activation recompute.
+As in the bridge, this is Intel Gaudi's Transformer Engine (``intel_transformer_engine``)
+under the bridge's name: its names are re-exported and its submodules registered as
+submodules of this package, so ``...transformer_engine.recipe`` imports.
 """
 
-from . import fp8, recipe
-from .fp8 import FP8GlobalStateManager, fp8_autocast, is_fp8_available
-from .module import Linear
+import importlib
+import sys
+from types import ModuleType
 
-__all__ = ["FP8GlobalStateManager", "Linear", "fp8", "fp8_autocast", "is_fp8_available",
-           "recipe"]
+_te = importlib.import_module("intel_transformer_engine")
+
+for _name in dir(_te):
+    if not _name.startswith("__"):
+        _value = getattr(_te, _name)
+        if isinstance(_value, ModuleType):
+            sys.modules[f"{__name__}.{_name}"] = _value
+        globals()[_name] = _value
+
+__all__ = [name for name in dir(_te) if not name.startswith("__")]

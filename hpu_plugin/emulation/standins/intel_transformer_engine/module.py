@@ -4,7 +4,8 @@ inside ``fp8_autocast(enabled=True)``.
 In fp8, the input and the weight are cast to the recipe's forward format (E4M3 for HYBRID)
 with per-tensor delayed scales and multiplied by ``torch.ops.hpu.fp8_gemm_v2`` (float32
 accumulation); in the backward the output gradient is cast to the backward format (E5M2 for
-HYBRID) and both gradient GEMMs run in fp8 the same way. Each cast records the tensor's
+HYBRID, rounded stochastically for HYBRID unless ``PT_TE_FORCE_SR_BWD=0``) and both gradient
+GEMMs run in fp8 the same way. Each cast records the tensor's
 amax in the module's history; before each forward (backward) at the recipe's ``interval``
 the scales are recomputed from that history (``fp8.compute_scale``), so a step uses scales
 from the steps before it. Outside ``fp8_autocast`` the module is a plain linear layer.
@@ -19,7 +20,13 @@ import torch
 
 from hpu_plugin.emulation.kernels.fp8 import limit
 
-from .fp8 import FP8GlobalStateManager, compute_amax, compute_scale, get_fp8_te_dtype
+from .fp8 import (
+    FP8GlobalStateManager,
+    compute_amax,
+    compute_scale,
+    get_fp8_te_dtype,
+    get_fp8_te_sr,
+)
 from .recipe import DelayedScaling
 
 #: Distributed options of Transformer Engine's Linear that a single-device layer honours
@@ -51,9 +58,9 @@ class ScalingMeta:
         self.steps += 1
 
 
-def _cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype
+def _cast(t: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, stochastic: bool = False
           ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ops.hpu.cast_to_fp8_v2(t, scale, False, True, dtype)
+    return torch.ops.hpu.cast_to_fp8_v2(t, scale, stochastic, True, dtype)
 
 
 class _Fp8Linear(torch.autograd.Function):
@@ -80,7 +87,8 @@ class _Fp8Linear(torch.autograd.Function):
         dtype = get_fp8_te_dtype(ctx.recipe, fprop_tensor=False)
         ctx.bwd.update_scales(min(limit(dtype), ctx.recipe.fp8_format.value.max_bwd))
         flat = grad.reshape(-1, grad.shape[-1])
-        g8, g_amax = _cast(flat, ctx.bwd.scale[0:1], dtype)
+        stochastic = get_fp8_te_sr(ctx.recipe, fprop_tensor=False)
+        g8, g_amax = _cast(flat, ctx.bwd.scale[0:1], dtype, stochastic)
         ctx.bwd.record([g_amax])
         inv_g = ctx.bwd.scale[0:1].reciprocal()
         grad_x = torch.ops.hpu.fp8_gemm_v2(g8, False, w8, False, None, x_dtype, inv_g, inv_w)

@@ -1,7 +1,8 @@
 """FP8 state of the Transformer Engine stand-in: availability, ``fp8_autocast`` and the
 delayed-scaling update.
 
-Availability is the Gaudi port's rule: not on first-generation Gaudi, with its message
+Backward casts of HYBRID recipes round stochastically (``get_fp8_te_sr``). Availability is
+the Gaudi port's rule: not on first-generation Gaudi, with its message
 ("FP8 not supported on Gaudi, Gaudi2 or higher required"), which ``fp8_autocast(enabled=
 True)`` raises as an ``AssertionError`` on entry, as the port does. The scaling update is
 Transformer Engine's default: amax from the history (its maximum, or the most recent
@@ -10,6 +11,7 @@ entry), scale ``2 ** (floor(log2(fp8_max / amax)) - margin)``, kept when amax is
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -86,6 +88,17 @@ def fp8_autocast(enabled: bool = False, force_measurement: bool | None = None,
         (FP8GlobalStateManager.FP8_ENABLED, FP8GlobalStateManager.FP8_RECIPE,
          FP8GlobalStateManager.FP8_DISTRIBUTED_GROUP) = state
         FP8GlobalStateManager.FP8_AUTOCAST_DEPTH -= 1
+
+
+def get_fp8_te_sr(fp8_recipe: DelayedScaling, fprop_tensor: bool = True) -> bool:
+    """Stochastic rounding of a cast: never forward; backward when ``PT_TE_FORCE_SR_BWD``
+    says so (``true``/``1``), else for HYBRID recipes, as the Gaudi port decides."""
+    if fprop_tensor:
+        return False
+    forced = os.getenv("PT_TE_FORCE_SR_BWD")
+    if forced is not None:
+        return forced.lower() in ("true", "1")
+    return fp8_recipe.fp8_format == Format.HYBRID
 
 
 def compute_amax(amax_history: torch.Tensor, recipe: DelayedScaling) -> torch.Tensor:
