@@ -31,8 +31,10 @@ def _versions() -> dict[str, str | None]:
         "transformers": probe.version("transformers"),
         "accelerate": probe.version("accelerate"),
         "pluggy": probe.version("pluggy"),
-        "gaudi_software": probe.version(GAUDI_DISTRIBUTION)
-        or ("emulated" if probe.emulation_requested() else None),
+        # the emulator presents a habana-torch-plugin of its own: not the real software
+        "gaudi_software": "emulated"
+        if probe.emulation_requested() and not probe.gaudi_software()
+        else probe.version(GAUDI_DISTRIBUTION),
     }
 
 

@@ -21,8 +21,10 @@ def gaudi_summary() -> dict[str, str]:
 
         summary = {
             "hpu-plugin version": __version__,
-            "Gaudi software": probe.version(GAUDI_DISTRIBUTION)
-            or ("emulated" if probe.emulation_requested() else "not installed"),
+            # the emulator presents a habana-torch-plugin of its own: not the real software
+            "Gaudi software": "emulated"
+            if probe.emulation_requested() and not probe.gaudi_software()
+            else probe.version(GAUDI_DISTRIBUTION) or "not installed",
             "hpu-plugin status": f"{activation.state['status']} ({activation.state['reason']})",
             "Gaudi mode": probe.mode_text(probe.environ_with_defaults()),
             "HABANA_VISIBLE_MODULES": os.environ.get("HABANA_VISIBLE_MODULES", "unset"),

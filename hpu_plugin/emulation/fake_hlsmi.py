@@ -21,9 +21,15 @@ from pathlib import Path
 
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.emulation.errors import EmulationError
-from hpu_plugin.gaudi.hlsmi import format_csv
+from hpu_plugin.gaudi.hlsmi import format_csv, format_version
 
-DRIVER_VERSION = "1.19.0-emulated"
+#: The Gaudi software release whose bridge the emulator follows; the emulated
+#: ``habana-torch-plugin`` distribution (``standins/``) carries it too, with build number 0.
+SOFTWARE_VERSION = "1.19.0"
+DRIVER_VERSION = f"{SOFTWARE_VERSION}-emulated"
+#: Invented: the emulator has no firmware (zeros, so that no one mistakes it for a real one).
+FIRMWARE_VERSION = "0.0.0.0"
+BUILT = "Jan 01 2025 - 00:00:00"
 MIB = 1024 * 1024
 
 
@@ -62,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hl-smi: {exc}", file=sys.stderr)
         return 2
     if args.version:
-        print(f"hl-smi (Habana Labs emulated driver) version {DRIVER_VERSION}")
+        sys.stdout.write(format_version(SOFTWARE_VERSION, FIRMWARE_VERSION, BUILT))
         return 0
     indices = srv.container_indices
     if args.query:

@@ -70,13 +70,44 @@ class _Slot:
 
 
 class _Node:
-    __slots__ = ("args", "func", "kwargs", "outs")
+    __slots__ = ("aliases", "args", "func", "kwargs", "outs")
 
-    def __init__(self, func: Any, args: Any, kwargs: Any, outs: list[Any]) -> None:
+    def __init__(self, func: Any, args: Any, kwargs: Any, outs: list[Any],
+                 aliases: list[bool]) -> None:
         self.func = func
         self.args = args
         self.kwargs = kwargs
         self.outs = outs  # per flattened output: the kept tensor, a _Slot, or None
+        self.aliases = aliases  # per output: it is an input's memory (view, in-place, out=)
+
+
+#: What a replay does with an op's output: copy it into the captured tensor, or keep it as
+#: a value later ops read (a tensor the graph does not keep, ``disable_tensor_cache``).
+_COPY, _SLOT = 0, 1
+_Step = tuple[Any, Any, Any, bool, tuple[tuple[int, int, Any], ...]]
+
+
+def _step(node: _Node) -> _Step | None:
+    """A node as a replay runs it, or ``None`` when re-running it changes nothing: a view or
+    a host read of tensors the graph keeps (its outputs already are that memory)."""
+    slots = any(isinstance(v, _Slot) for v in tree_flatten((node.args, node.kwargs))[0])
+    actions = []
+    for index, (kept, alias) in enumerate(zip(node.outs, node.aliases, strict=True)):
+        if isinstance(kept, _Slot):
+            actions.append((index, _SLOT, kept.index))
+        elif kept is not None and not alias:
+            actions.append((index, _COPY, kept))
+    schema = getattr(node.func, "_schema", None)
+    mutates = schema is None or schema.is_mutable
+    if not actions and not slots and not mutates:
+        return None
+    return node.func, node.args, node.kwargs, slots, tuple(actions)
+
+
+def _below_autograd() -> Any:
+    """Replay at the level ops were recorded at (below autograd and view tracking)."""
+    guard = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
+    return guard() if guard is not None else torch.no_grad()
 
 
 def _is_hpu(value: Any) -> bool:
@@ -138,6 +169,7 @@ class HPUGraph:
         self._user_input_refs: list[torch.Tensor] = []
         self._slots = 0
         self._started = 0
+        self._program: list[_Step] | None = None
 
     # ------------------------------------------------------------ capture
 
@@ -186,10 +218,15 @@ class HPUGraph:
         outs, _ = tree_flatten(out)
         if not any(_is_hpu(v) for v in leaves) and not any(_is_hpu(v) for v in outs):
             return  # host work is not part of an HPU graph
+        memory = {v.untyped_storage().data_ptr() for v in leaves
+                  if isinstance(v, torch.Tensor) and v.numel()}
+        aliases = [isinstance(o, torch.Tensor) and o.numel() > 0
+                   and o.untyped_storage().data_ptr() in memory for o in outs]
         if self._user_inputs:
             args, kwargs = tree_map(self._as_slot, (args, kwargs))
         kept = [o if isinstance(o, torch.Tensor) else None for o in outs]
-        self._segments[-1].nodes.append(_Node(func, args, kwargs, kept))
+        self._segments[-1].nodes.append(_Node(func, args, kwargs, kept, aliases))
+        self._program = None
 
     def _as_slot(self, value: Any) -> Any:
         if isinstance(value, torch.Tensor) and id(value) in self._user_inputs:
@@ -223,18 +260,27 @@ class HPUGraph:
             if self._capturing or _capturing:
                 raise _fatal("GRAPH:: Capture in progress")
         lazy.mark_step()  # the bridge marks a step before replaying
+        if self._program is None:
+            self._program = [s for seg in self._segments for n in seg.nodes
+                             if (s := _step(n)) is not None]
         env: dict[int, torch.Tensor] = dict(enumerate(inputs))
 
         def resolve(value: Any) -> Any:
             return env[value.index] if isinstance(value, _Slot) else value
 
-        with torch.no_grad():
-            for segment in self._segments:
-                for node in segment.nodes:
-                    args, kwargs = tree_map(resolve, (node.args, node.kwargs))
-                    results, _ = tree_flatten(node.func(*args, **kwargs))
-                    for kept, new in zip(node.outs, results, strict=False):
-                        _write_back(kept, new, env)
+        with _below_autograd():
+            for func, args, kwargs, slots, actions in self._program:
+                if slots:
+                    args, kwargs = tree_map(resolve, (args, kwargs))
+                result = func(*args, **kwargs)
+                if not actions:
+                    continue
+                results = (result,) if isinstance(result, torch.Tensor) else tree_flatten(result)[0]
+                for index, kind, target in actions:
+                    if kind == _COPY:
+                        target.copy_(results[index])
+                    else:
+                        env[target] = results[index]
         lazy.discard_pending()  # a replay runs a compiled graph: nothing to compile
 
     # ------------------------------------------------------------ tensor cache
@@ -252,6 +298,7 @@ class HPUGraph:
         intermediate tensors are produced afresh by each replay (``disable_tensor_cache``)."""
         if self._capturing:
             raise _fatal("GRAPH:: Capture in progress")
+        self._program = None
         wanted = {id(t) for t in static_tlist}
         wanted |= {id(t._base) for t in static_tlist if t._base is not None}
         produced: dict[int, _Slot] = {}
@@ -280,6 +327,7 @@ class HPUGraph:
     def reset(self) -> None:
         """Forget the captured work and release the graph's memory."""
         self._segments = []
+        self._program = None
 
     def __del__(self) -> None:
         if getattr(self, "_capturing", False):
@@ -287,26 +335,6 @@ class HPUGraph:
                 self.capture_end()
             except Exception:
                 pass
-
-
-def _write_back(kept: Any, new: Any, env: dict[int, torch.Tensor]) -> None:
-    """Put a replayed result where the program expects it: into the captured tensor (the
-    graph's memory), unless it already is that memory (in-place ops, views, ``out=``)."""
-    if kept is None or not isinstance(new, torch.Tensor):
-        return
-    if isinstance(kept, _Slot):
-        env[kept.index] = new
-        return
-    if new is kept or _same_memory(new, kept):
-        return
-    kept.copy_(new)
-
-
-def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    try:
-        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    except RuntimeError:
-        return False
 
 
 def is_current_stream_capturing() -> bool:

@@ -53,6 +53,26 @@ def format_csv(
     return "\n".join(lines) + "\n"
 
 
+#: ``hl-smi -v`` prints one line naming the software release and the firmware, in the form
+#: lightning-habana's parser documents (``resources._parse_hpu_synapse_versions``):
+#: ``Habanalabs hl-smi/hlml version hl-1.11.0-fw-45.1.1.1 (Aug 04 2023 - 02:48:21)``.
+_VERSION_LINE = re.compile(r"version hl-([0-9][0-9.]*)-fw-([0-9][0-9.]*)", re.ASCII)
+
+
+def format_version(software: str, firmware: str, built: str) -> str:
+    """What ``hl-smi -v`` prints for a software release, firmware version and build date."""
+    return f"Habanalabs hl-smi/hlml version hl-{software}-fw-{firmware} ({built})\n"
+
+
+def parse_version(text: str) -> tuple[str, str]:
+    """(software release, firmware) from ``hl-smi -v`` output; :class:`HlSmiError` if the
+    text does not hold both (a tool reading it would otherwise take version 0.0.0)."""
+    match = _VERSION_LINE.search(text)
+    if match is None:
+        raise HlSmiError(f"hl-smi -v printed no 'version hl-<release>-fw-<firmware>': {text!r}")
+    return match.group(1).rstrip("."), match.group(2).rstrip(".")
+
+
 def _field_name(text: str) -> str:
     return _UNIT_SUFFIX.sub("", text.strip())
 

@@ -35,6 +35,7 @@ CHECKS = (
     Check("graph-compilations", "graph_compilations", 600, 1, "graph compilations of generate"),
     Check("numerics", "numerics", 300, 1, "numerics against the CPU"),
     Check("fused-kernels", "fused_kernels", 300, 1, "hpex FusedSDPA and FusedRMSNorm vs torch"),
+    Check("hpu-graphs", "hpu_graphs", 300, 1, "HPU graph capture, replay and wrap_in_hpu_graph"),
 )
 NAMES = tuple(check.name for check in CHECKS)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from hpu_plugin.gaudi.software import STANDINS
 from hpu_plugin.selftest.runner import Outcome
 
 DOCUMENTED = (
@@ -37,9 +38,13 @@ def versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name in DISTRIBUTIONS:
         try:
-            found[name] = metadata.version(name)
+            dist = metadata.distribution(name)
         except metadata.PackageNotFoundError:
             found[name] = None
+            continue
+        # the emulator's own habana-torch-plugin (in its stand-ins) is marked as such
+        emulated = os.path.abspath(str(dist.locate_file(""))).startswith(STANDINS)
+        found[name] = f"{dist.version} (emulated)" if emulated else dist.version
     return found
 
 

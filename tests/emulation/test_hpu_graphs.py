@@ -61,6 +61,29 @@ def test_capture_and_replay_recompute_into_the_graphs_memory(run):
             else:
                 raise AssertionError("refused by the bridge, accepted here")
         g3.capture_end()
+
+        # a collective during capture, refused as by the bridge's ProcessGroupHCCL
+        import socket
+        import torch.distributed as dist
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        dist.init_process_group("hccl", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                                world_size=1)
+        t = torch.ones(2, device="hpu")
+        g4 = ht.hpu.HPUGraph()
+        g4.capture_begin()
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as exc:
+            assert "collective nonSFG is not supported during hpu graph capturing" in str(exc)
+        else:
+            raise AssertionError("a collective during capture was accepted")
+        finally:
+            g4.capture_end()
+        dist.all_reduce(t)  # outside a capture it works
+        assert t.cpu().tolist() == [1.0, 1.0]
+        dist.destroy_process_group()
         print("ok")
     """, LAZY)
 

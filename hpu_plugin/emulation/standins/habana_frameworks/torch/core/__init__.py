@@ -1,5 +1,5 @@
 """Stand-in for ``habana_frameworks.torch.core``: ``torch.hpu``, the step API and the
-environment functions of the real module.
+environment functions of the real module (``core.quantization``, re-exported here as there).
 
 As in the real module, ``core.hpu`` is ``habana_frameworks.torch.hpu`` (DeepSpeed's HPU
 accelerator reaches ``htcore.hpu.Event``) and ``core.step_closure`` holds the step functions.
@@ -11,11 +11,8 @@ hardware, where they log a warning once.
 """
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from typing import Any
-
-import torch
 
 from hpu_plugin.emulation import lazy
 from hpu_plugin.reporting import say_once
@@ -67,36 +64,14 @@ def is_initialized() -> bool:
     return True
 
 
-def _weight_sharing_warning() -> None:
-    if os.getenv("PT_HPU_WEIGHT_SHARING", "1").upper() in ("ON", "1", "YES", "TRUE", "Y"):
-        log.warning("The experimental weight sharing feature is enabled and may cause larger "
-                    "device memory consumption in quantized models. Please disable it by "
-                    "setting PT_HPU_WEIGHT_SHARING=0")
-
-
-def hpu_set_inference_env(model: torch.nn.Module | None = None) -> None:
-    """Inference mode for the graph compiler; call before moving the model to ``hpu``."""
-    torch.hpu.enable_inference_mode()
-    torch.hpu.enable_matmul3d_2d_reshape()
-
-
-def hpu_inference_initialize(model: torch.nn.Module | None = None,
-                             mark_only_scales_as_const: bool = False,
-                             optimizer: Any = None, args: Any = None) -> None:
-    """The bridge marks the model's parameters as constants (lazy mode) for the graph
-    compiler; results do not change, so nothing more is needed here."""
-
-
-def hpu_teardown_inference_env() -> None:
-    torch.hpu.disable_inference_mode()
-    torch.hpu.disable_matmul3d_2d_reshape()
-
-
-#: The older names the bridge keeps ("to be deprecated"), which optimum-habana calls.
-hpu_set_env = hpu_set_inference_env
-hpu_initialize = hpu_inference_initialize
-hpu_reset_env = hpu_teardown_inference_env
-
-
 from habana_frameworks.torch import hpu  # noqa: E402, F401  (the real module exposes it)
-from habana_frameworks.torch.core import step_closure  # noqa: E402, F401
+from habana_frameworks.torch.core import quantization, step_closure  # noqa: E402, F401
+from habana_frameworks.torch.core.quantization import (  # noqa: E402, F401
+    hpu_inference_initialize,
+    hpu_initialize,
+    hpu_reset_env,
+    hpu_set_env,
+    hpu_set_inference_env,
+    hpu_teardown_inference_env,
+)
+from habana_frameworks.torch.utils.internal import is_lazy  # noqa: E402, F401

@@ -1,8 +1,17 @@
-"""Stand-in for ``habana_frameworks.torch.utils.experimental``: which Gaudi this is."""
+"""Stand-in for ``habana_frameworks.torch.utils.experimental``: which Gaudi this is.
+
+As the real module, it carries ``hpu`` (``habana_frameworks.torch.hpu``: optimum-habana asks
+``htexp.hpu.is_available()`` and ``htexp.hpu.device_count()``) and ``htmem`` (its memory API).
+"""
 
 import enum
 
+import habana_frameworks.torch.hpu as hpu
+import habana_frameworks.torch.hpu.memory as htmem
+
 from hpu_plugin.emulation import runtime
+
+__all__ = ["_get_device_type", "_is_fp16_supported", "hpu", "htmem", "synDeviceType"]
 
 
 class synDeviceType(enum.IntEnum):

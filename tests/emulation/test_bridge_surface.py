@@ -1,0 +1,108 @@
+"""The parts of the Gaudi software that code written for Gaudi reads besides the device:
+``memory_stats()`` with the bridge's keys, ``utils.experimental.hpu``, the ``core``
+environment functions, ``is_autocast_hpu_enabled``, ``hl-smi -v`` in the real format, and a
+``habana-torch-plugin`` distribution that exists while emulating and never otherwise."""
+
+from __future__ import annotations
+
+import re
+
+#: lightning-habana 1.6.0's parser of ``hl-smi -v`` (resources._parse_hpu_synapse_versions),
+#: and the line its doctest gives as the real tool's output.
+LIGHTNING_HL = re.compile(r"hl-([\d\.]+)")
+LIGHTNING_FW = re.compile(r"fw-([\d\.]+)")
+REAL_LINE = "Habanalabs hl-smi/hlml version hl-1.11.0-fw-45.1.1.1 (Aug 04 2023 - 02:48:21)"
+
+#: The keys of the bridge's ``get_mem_stats`` binding (hpu/csrc/bindings.cpp).
+BRIDGE_KEYS = {"Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAllocs",
+               "MaxAllocSize", "TotalSystemAllocs", "TotalSystemFrees", "TotalActiveAllocs"}
+
+
+def test_memory_stats_experimental_core_and_autocast_as_the_bridge_has_them(run):
+    out = run(f"""
+        import torch
+        import habana_frameworks.torch.core as htcore
+        import habana_frameworks.torch.utils.experimental as htexp
+        import habana_frameworks.torch.hpu as hthpu
+
+        stats = torch.hpu.memory_stats()
+        assert set({sorted(BRIDGE_KEYS)!r}) <= set(stats), sorted(stats)
+        big = torch.empty(1024 * 1024, device="hpu")
+        small = torch.empty(16, device="hpu")
+        stats = torch.hpu.memory_stats()
+        assert stats["MaxAllocSize"] >= 4 * 1024 * 1024, stats
+        assert stats["ActiveAllocs"] == stats["NumAllocs"] - stats["NumFrees"]
+        del big
+        torch.hpu.reset_accumulated_memory_stats()
+        after = torch.hpu.memory_stats()
+        assert after["NumAllocs"] == 0 and after["TotalSystemAllocs"] == stats["TotalSystemAllocs"]
+        assert after["TotalActiveAllocs"] == after["TotalSystemAllocs"] - after["TotalSystemFrees"]
+
+        # optimum-habana asks htexp.hpu for the device
+        assert htexp.hpu.is_available() and htexp.hpu.device_count() == 8
+        assert htexp.htmem.memory_stats()["Limit"] == stats["Limit"]
+
+        # the environment functions optimum-habana calls for inference
+        model = torch.nn.Linear(4, 4)
+        htcore.hpu_set_env()
+        model = model.to("hpu")
+        htcore.hpu_initialize(model, mark_only_scales_as_const=True)
+        with torch.no_grad():
+            assert model(torch.ones(1, 4, device="hpu")).shape == (1, 4)
+        htcore.hpu_reset_env()
+        # and the ones lightning-habana calls through core.quantization
+        htcore.quantization.hpu_set_inference_env()
+        htcore.quantization.hpu_inference_initialize(model)
+        htcore.quantization.hpu_teardown_inference_env()
+        assert htcore.is_lazy() is False  # the plugin's default: eager
+
+        assert hthpu.is_autocast_hpu_enabled() is False
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            assert hthpu.is_autocast_hpu_enabled() is True
+            assert hthpu.get_autocast_hpu_dtype() == torch.bfloat16
+        print("ok", torch.__version__)
+    """)
+    assert out.stdout.startswith("ok")
+
+
+def test_hl_smi_version_reads_as_the_real_tool_with_lightnings_parser(run):
+    # the format rule itself reads the real line
+    from hpu_plugin.gaudi.hlsmi import parse_version
+
+    assert parse_version(REAL_LINE) == ("1.11.0", "45.1.1.1")
+    # as lightning-habana runs it: `hl-smi -v` by name, from a process that imported torch
+    out = run("""
+        import subprocess, torch
+        print(subprocess.run(["hl-smi", "-v"], capture_output=True, text=True).stdout)
+    """)
+    line = out.stdout.strip()
+    software, firmware = parse_version(line)
+    assert LIGHTNING_HL.search(line).group(1) == software
+    assert LIGHTNING_FW.search(line).group(1) == firmware
+    major, minor, _ = (int(part) for part in software.split("."))
+    assert (major, minor) >= (1, 14)  # what lightning-habana 1.6 checks for its features
+    assert line.startswith("Habanalabs hl-smi/hlml version hl-")
+
+
+def test_habana_torch_plugin_is_visible_while_emulating_and_never_otherwise(run):
+    show = """
+import torch
+import importlib.metadata, subprocess, sys
+try:
+    version = importlib.metadata.version("habana-torch-plugin")
+except importlib.metadata.PackageNotFoundError:
+    version = None
+# optimum-habana reads it from `pip list`, in a child process
+listed = subprocess.run([sys.executable, "-m", "pip", "list"], capture_output=True,
+                        text=True, check=True).stdout
+row = [line for line in listed.splitlines() if line.startswith("habana-torch-plugin ")]
+print(version, row[0].split()[-1] if row else None)
+"""
+    emulated = run(show).stdout.split()
+    from hpu_plugin.emulation.fake_hlsmi import SOFTWARE_VERSION
+
+    assert emulated[0] == emulated[1] and emulated[0].startswith(SOFTWARE_VERSION + "."), emulated
+    assert run(show, emulate=None).stdout.split() == ["None", "None"]
+    # emulation requested but switched off by the user: no emulator, so no distribution
+    off = run(show, {"HPU_PLUGIN_DISABLE": "1"}).stdout.split()
+    assert off[0] == "None", off
