@@ -52,6 +52,18 @@ def _fused_sdpa() -> Any | None:
     return FusedSDPA
 
 
+def _autocast() -> bool:
+    import torch
+
+    return bool(torch.is_autocast_enabled(DEVICE_TYPE))
+
+
+def _bool() -> Any:
+    import torch
+
+    return torch.bool
+
+
 def _compiling() -> bool:
     """Inside a ``torch.compile`` trace the graph compiler fuses; a hook call there would
     break the graph, so compiled models keep Transformers' attention and norms."""
@@ -60,8 +72,18 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
-def _fits(query: Any, attention_mask: Any, dropout: float, kwargs: dict[str, Any]) -> bool:
+def _fits(query: Any, key: Any, value: Any, attention_mask: Any, dropout: float,
+          kwargs: dict[str, Any]) -> bool:
     if query.device.type != DEVICE_TYPE or dropout or _compiling():
+        return False
+    # under autocast torch's SDPA runs in the autocast dtype, which the kernel would not
+    if _autocast():
+        return False
+    # the kernel takes one dtype (and a mask of it, or a boolean one)
+    dtypes = {query.dtype, key.dtype, value.dtype}
+    if attention_mask is not None and attention_mask.dtype != _bool():
+        dtypes.add(attention_mask.dtype)
+    if len(dtypes) != 1:
         return False
     return all(kwargs.get(k) in (None, False) for k in UNFUSED_KWARGS)
 
@@ -74,7 +96,8 @@ def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable
                                attention_mask: Any, dropout: float = 0.0,
                                scaling: float | None = None, is_causal: bool | None = None,
                                **kwargs: Any) -> tuple[Any, None]:
-        fused = _fused_sdpa() if _fits(query, attention_mask, dropout, kwargs) else None
+        fits = _fits(query, key, value, attention_mask, dropout, kwargs)
+        fused = _fused_sdpa() if fits else None
         if fused is None or not registry.fast_path(
                 "fused_sdpa", DEVICE_TYPE, {"model": type(module).__name__}):
             return original(module, query, key, value, attention_mask, dropout=dropout,
