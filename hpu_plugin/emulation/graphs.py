@@ -177,7 +177,7 @@ class HPUGraph:
         with _lock:
             if self._capturing or _capturing:
                 raise _fatal("GRAPH:: graph Capture already in progress")
-            lazy.mark_step()  # the bridge flushes the accumulated graph before a capture
+            lazy.flush()  # the bridge runs the accumulated graph before a capture
             self._segments = [_Segment()]
             self._dry_run = dry_run
             self._capturing = True
@@ -259,7 +259,7 @@ class HPUGraph:
         with _lock:
             if self._capturing or _capturing:
                 raise _fatal("GRAPH:: Capture in progress")
-        lazy.mark_step()  # the bridge marks a step before replaying
+        lazy.flush()  # the bridge marks a step before replaying
         if self._program is None:
             self._program = [s for seg in self._segments for n in seg.nodes
                              if (s := _step(n)) is not None]

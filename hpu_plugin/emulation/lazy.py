@@ -54,24 +54,34 @@ def require_lazy(what: str) -> None:
 
 
 def mark_step() -> None:
+    """``htcore.mark_step()``: run the accumulated graph (:func:`flush`), then the step
+    closures."""
+    if not is_lazy():
+        return
+    flush()
+    with _lock:
+        closures = list(_closures)
+        _closures.clear()
+    for closure in closures:
+        closure()
+
+
+def flush() -> None:
     """Run the accumulated graph: one compilation the first time this graph is seen, a
-    recipe-cache hit after; then the step closures. Nothing accumulated, nothing counted."""
+    recipe-cache hit after; nothing accumulated, nothing counted. The bridge's own step
+    marks (before an HPU-graph capture or replay) do this without the Python closures."""
     if not is_lazy():
         return
     graph_hash, ops = runtime.extension().lazy_take()
     now = time.perf_counter_ns()
     with _lock:
         since, _state["since"] = _state["since"], now
-        closures = list(_closures)
-        _closures.clear()
     from hpu_plugin.emulation import graphs
 
     if graphs.is_current_stream_capturing():
         graphs._mark_step_during_capture()  # the ops are the captured graph's
     elif ops:
         recipes.account(f"lazy{graph_hash:016x}", (), "lazy", (now - since) // 1000)
-    for closure in closures:
-        closure()
 
 
 def discard_pending() -> None:

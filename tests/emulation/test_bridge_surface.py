@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from hpu_plugin.gaudi.hlsmi import parse_version
+
 #: lightning-habana 1.6.0's parser of ``hl-smi -v`` (resources._parse_hpu_synapse_versions),
 #: and the line its doctest gives as the real tool's output.
 LIGHTNING_HL = re.compile(r"hl-([\d\.]+)")
@@ -18,7 +20,7 @@ BRIDGE_KEYS = {"Limit", "InUse", "MaxInUse", "NumAllocs", "NumFrees", "ActiveAll
                "MaxAllocSize", "TotalSystemAllocs", "TotalSystemFrees", "TotalActiveAllocs"}
 
 
-def test_memory_stats_experimental_core_and_autocast_as_the_bridge_has_them(run):
+def test_memory_stats_experimental_core_autocast_and_hl_smi_as_the_bridge_has_them(run):
     out = run(f"""
         import torch
         import habana_frameworks.torch.core as htcore
@@ -60,19 +62,8 @@ def test_memory_stats_experimental_core_and_autocast_as_the_bridge_has_them(run)
         with torch.autocast("hpu", dtype=torch.bfloat16):
             assert hthpu.is_autocast_hpu_enabled() is True
             assert hthpu.get_autocast_hpu_dtype() == torch.bfloat16
-        print("ok", torch.__version__)
-    """)
-    assert out.stdout.startswith("ok")
-
-
-def test_hl_smi_version_reads_as_the_real_tool_with_lightnings_parser(run):
-    # the format rule itself reads the real line
-    from hpu_plugin.gaudi.hlsmi import parse_version
-
-    assert parse_version(REAL_LINE) == ("1.11.0", "45.1.1.1")
-    # as lightning-habana runs it: `hl-smi -v` by name, from a process that imported torch
-    out = run("""
-        import subprocess, torch
+        # hl-smi -v by name, as lightning-habana runs it, from a process that imported torch
+        import subprocess
         print(subprocess.run(["hl-smi", "-v"], capture_output=True, text=True).stdout)
     """)
     line = out.stdout.strip()
@@ -82,11 +73,11 @@ def test_hl_smi_version_reads_as_the_real_tool_with_lightnings_parser(run):
     major, minor, _ = (int(part) for part in software.split("."))
     assert (major, minor) >= (1, 14)  # what lightning-habana 1.6 checks for its features
     assert line.startswith("Habanalabs hl-smi/hlml version hl-")
+    assert parse_version(REAL_LINE) == ("1.11.0", "45.1.1.1")  # the rule reads the real line
 
 
 def test_habana_torch_plugin_is_visible_while_emulating_and_never_otherwise(run):
     show = """
-import torch
 import importlib.metadata, subprocess, sys
 try:
     version = importlib.metadata.version("habana-torch-plugin")
@@ -98,11 +89,11 @@ listed = subprocess.run([sys.executable, "-m", "pip", "list"], capture_output=Tr
 row = [line for line in listed.splitlines() if line.startswith("habana-torch-plugin ")]
 print(version, row[0].split()[-1] if row else None)
 """
-    emulated = run(show).stdout.split()
+    emulated = run("import torch\n" + show).stdout.split()  # as a user's script runs
     from hpu_plugin.emulation.fake_hlsmi import SOFTWARE_VERSION
 
     assert emulated[0] == emulated[1] and emulated[0].startswith(SOFTWARE_VERSION + "."), emulated
-    assert run(show, emulate=None).stdout.split() == ["None", "None"]
+    assert run(show, emulate=None).stdout.split() == ["None", "None"]  # no torch needed
     # emulation requested but switched off by the user: no emulator, so no distribution
     off = run(show, {"HPU_PLUGIN_DISABLE": "1"}).stdout.split()
     assert off[0] == "None", off

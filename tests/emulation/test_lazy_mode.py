@@ -8,7 +8,7 @@ from __future__ import annotations
 LAZY = {"PT_HPU_LAZY_MODE": "1", "PT_HPU_ENABLE_CACHE_METRICS": "1"}
 
 
-def test_mark_step_runs_the_accumulated_graph_and_counts_it_like_the_bridge(run):
+def test_mark_step_runs_the_accumulated_graph_and_lazy_mode_keeps_its_refusals(run):
     out = run("""
         import torch
         import habana_frameworks.torch.core as htcore
@@ -45,13 +45,7 @@ def test_mark_step_runs_the_accumulated_graph_and_counts_it_like_the_bridge(run)
         assert seen == ["done"]
         import habana_frameworks.torch.core.step_closure as sc
         sc._mark_step_if_lazy()
-        print("lazy", torch.hpu.is_available())
-    """, LAZY)
-    assert "lazy True" in out.stdout
 
-
-def test_lazy_mode_keeps_its_refusals(run):
-    run("""
         import torch
         # torch.compile does not work in lazy mode: the plugin refuses it, naming the switch
         try:
@@ -68,4 +62,6 @@ def test_lazy_mode_keeps_its_refusals(run):
         else:
             raise AssertionError("int64 beyond int32 reached the device in lazy mode")
         assert torch.tensor([7]).to("hpu").cpu().item() == 7
-    """, {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"})
+        print("lazy", torch.hpu.is_available())
+    """, {**LAZY, "PT_ENABLE_INT64_SUPPORT": "1"})
+    assert "lazy True" in out.stdout
