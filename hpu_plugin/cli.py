@@ -58,6 +58,11 @@ def _print_info(info: dict[str, Any]) -> None:
         print("\nDecisions now:")
         for hook, decision in info["decisions"].items():
             print(f"  {hook}: {decision}")
+    if info.get("fast_paths"):
+        print("\nFast paths (docs/fast-paths.md):")
+        for name, path in info["fast_paths"].items():
+            kernel = "" if path["kernel"] == "present" else f"; kernel {path['kernel']}"
+            print(f"  {name:<16} {path['state']:<4} {path['setting']}: {path['by']}{kernel}")
     if "support" in info:
         from hpu_plugin.diagnostics.support import report_lines
 

@@ -255,3 +255,26 @@ def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[i
     replaces its buckets with a ``tryfirst`` implementation or a wrapper. May raise
     :class:`Refusal` for a setting it cannot use.
     """
+
+
+@hookspec(firstresult=True)
+def hpu_fast_path(name: str, device_type: str, context: Mapping[str, Any]) -> bool | None:
+    """Should one of Gaudi's fast paths replace the ordinary path here?
+
+    Called by the host adapters where unchanged code could take a Gaudi fast path, once per
+    object that would take it (an optimizer, a model, a ``generate()`` call), and by
+    ``hpu-plugin info`` with an empty ``context``. ``name`` is one of
+    ``"fused_optimizer"`` (AdamW/SGD stepped by the fused optimizer kernel),
+    ``"fused_clip_norm"`` (gradient clipping by the fused clip-norm kernel),
+    ``"fused_sdpa"`` and ``"fused_rms_norm"`` (a Transformers model's attention and RMSNorm
+    layers by the fused kernels) and ``"hpu_graphs"`` (eager inference replayed from HPU
+    graphs);
+    ``context`` holds plain facts of the case (``"optimizer"``: its class name, ``"model"``:
+    the model type, ...). ``True`` takes the fast path, ``False`` keeps the ordinary one,
+    ``None`` is no opinion (ordinary path when nobody has one). The hosts take a fast path
+    only where it gives the ordinary path's results; an answer of ``True`` cannot force one
+    where the host found it does not fit (a compiled or training model for HPU graphs, an
+    optimizer option the kernel lacks). The first-party ``fast_paths`` plugin answers from
+    ``HPU_PLUGIN_FAST_PATHS`` and ``HPU_PLUGIN_FAST_<NAME>``; a third party that brings its
+    own kernel returns ``False`` from a ``tryfirst`` implementation and installs it.
+    """

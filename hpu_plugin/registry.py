@@ -261,6 +261,13 @@ class Registry:
                       ) -> tuple[int, ...] | None:
         return self.pm.hook.hpu_shape_buckets(kind=kind, device_type=device_type, limit=limit)
 
+    def fast_path(self, name: str, device_type: str, context: Mapping[str, Any]) -> bool:
+        """Take Gaudi's fast path ``name``? Nobody's opinion means no."""
+        result: bool | None = self.pm.hook.hpu_fast_path(
+            name=name, device_type=device_type, context=dict(context)
+        )
+        return bool(result)
+
     # -- introspection ---------------------------------------------------------------------
 
     def call_order(self, hook: str) -> list[str]:

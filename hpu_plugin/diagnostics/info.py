@@ -68,6 +68,36 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
     return True, decisions
 
 
+def _present(needs: str) -> bool:
+    """Whether the Gaudi software here has the kernel a fast path calls."""
+    import importlib
+
+    module, _, name = needs.partition(":")
+    try:
+        if module == "torch.ops.hpu":
+            import torch
+
+            return hasattr(torch.ops.hpu, name)
+        return hasattr(importlib.import_module(module), name)
+    except Exception:
+        return False
+
+
+def _fast_paths(registry: Any) -> dict[str, dict[str, str]]:
+    """Each of Gaudi's fast paths: on or off as the hook answers now, and its switch."""
+    from hpu_plugin.gaudi.fast_paths import FAST_PATHS
+
+    return {
+        path.name: {
+            "state": _decide(lambda path=path: "on" if registry.fast_path(
+                path.name, DEVICE_TYPE, {}) else "off").strip("'"),
+            "setting": path.setting, "replaces": path.replaces, "by": path.by,
+            "kernel": "present" if _present(path.needs) else f"missing ({path.needs})",
+        }
+        for path in FAST_PATHS
+    }
+
+
 def _import_time_compiles() -> int:
     """``torch.compile`` calls libraries made while imported in this process: their backend
     was replaced, logged at debug (the user did not write them)."""
@@ -125,4 +155,6 @@ def collect_info() -> dict[str, Any]:
     info["decisions"] = {}
     if probe.gaudi_expected():
         info["available"], info["decisions"] = _decisions(registry)
+        if info["available"]:
+            info["fast_paths"] = _fast_paths(registry)
     return info

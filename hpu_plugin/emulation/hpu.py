@@ -184,7 +184,10 @@ def can_device_access_peer(device: Any, peer_device: Any) -> bool:
 
 
 def synchronize(device: Any = None) -> None:
-    """Work is synchronous on the emulator; kept for API parity."""
+    """Work is synchronous on the emulator; counted, as the host waits here on Gaudi."""
+    from hpu_plugin.emulation import counters
+
+    counters.count("synchronize_calls")
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

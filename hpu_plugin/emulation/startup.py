@@ -56,6 +56,9 @@ def start() -> None:
     from hpu_plugin.emulation import dynamo
 
     dynamo.register_lazily()
+    from hpu_plugin.emulation import counters
+
+    counters.count_kernels()  # before the kernels are registered by habana_ops
     _load_habana_ops()
     from hpu_plugin.emulation import gaudi_faults
 

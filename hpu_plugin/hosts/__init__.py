@@ -54,6 +54,9 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
 
                 shape_buckets.install(registry, patches)
                 trainer_buckets.install(registry, patches)
+                from hpu_plugin.hosts import fast_paths
+
+                fast_paths.install(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)

@@ -72,7 +72,7 @@ def test_allowlist_switch_in_a_subprocess(installed_examples):
 def test_no_third_party_switch_in_a_subprocess(installed_examples):
     plugins = _plugins(HPU_PLUGIN_NO_THIRD_PARTY="1")
     assert _enabled(plugins) == {"device", "compile", "ddp", "quantization", "shapes",
-                                 "gpu_migration"}
+                                 "gpu_migration", "fast_paths"}
     for name in installed_examples.values():
         assert "HPU_PLUGIN_NO_THIRD_PARTY" in plugins[name]["reason"]
 

@@ -61,7 +61,8 @@ def _result(output: str) -> dict:
 @pytest.mark.e2e
 def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     script = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate")
-    bucketed = _result(run(script))
+    # rows keep the random sampler's order here, so the batches are the reference's
+    bucketed = _result(run(script, {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
     # the reference: the same training, not compiled, so nothing is padded
     plain = _result(run(script.replace("torch_compile=True", "torch_compile=False")))
     assert bucketed["wrapped"] == "BucketingCollator" and plain["wrapped"] == "function"
@@ -131,3 +132,31 @@ def test_recompiling_with_buckets_off_names_the_switch(run):
     # bucketed, the same lengths compile once per bucket and warn nothing
     bucketed = run(script)
     assert "keeps compiling" not in bucketed
+
+
+GROUPING = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
+    "trainer.train()\n", """import os
+def sampled(trainer):
+    sampler = trainer._get_train_sampler()
+    order = list(sampler)
+    lengths = [Rows().n[i] for i in order]
+    batches = [lengths[i:i + 2] for i in range(0, len(lengths), 2)]
+    return {"sampler": type(sampler).__name__, "order": sorted(order),
+            "padding": sum(2 * max(b) - sum(b) for b in batches) / sum(lengths)}
+grouped = sampled(trainer)
+os.environ["HPU_PLUGIN_BUCKETS_GROUP"] = "0"
+kept = sampled(Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate))
+print("RESULT" + json.dumps({"grouped": grouped, "kept": kept}))
+raise SystemExit(0)
+""")
+
+
+@pytest.mark.e2e
+def test_bucketed_training_batches_rows_of_similar_length(run):
+    result = _result(run(GROUPING))
+    grouped, kept = result["grouped"], result["kept"]
+    assert grouped["sampler"] == "BucketGroupedSampler"
+    assert grouped["order"] == list(range(16))  # every row once an epoch
+    assert kept["sampler"] == "RandomSampler" and kept["order"] == list(range(16))
+    # padding to the longest row of a batch: rows of similar length need much less of it
+    assert grouped["padding"] < kept["padding"] / 3, (grouped, kept)

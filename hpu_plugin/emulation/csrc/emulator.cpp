@@ -48,6 +48,18 @@ Config g_config;
 thread_local c10::DeviceIndex t_current_device = 0;
 std::atomic<uint64_t> g_fallback_calls{0};
 
+// The emulator's own counters (the bridge has none of these; hpu_plugin/emulation/counters.py
+// reads them): work a real device would launch, and the points where the host waits for it.
+// An op inside a counted launch (a graph replay, a fused kernel: Python raises the depth of
+// its thread around it) is inner work of that one launch, not a launch of its own.
+std::atomic<uint64_t> g_eager_ops{0};
+std::atomic<uint64_t> g_inner_ops{0};
+std::atomic<uint64_t> g_copies_d2d{0};
+std::atomic<uint64_t> g_copies_h2d{0};
+std::atomic<uint64_t> g_copies_d2h{0};
+std::atomic<uint64_t> g_scalar_reads{0};
+thread_local int t_launch_depth = 0;
+
 // ---------------------------------------------------------------- lazy-mode graph trace
 // In lazy mode the bridge accumulates ops until mark_step and compiles each distinct graph
 // once. The emulator runs ops at once; it keeps a running hash of the ops (name, overload,
@@ -623,6 +635,17 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     return self;
   }
   auto src_cpu = as_cpu_operand(src);
+  if (self.is_hpu()) {
+    if (!src.is_hpu()) {
+      g_copies_h2d.fetch_add(1, std::memory_order_relaxed);
+    } else if (t_launch_depth == 0) {
+      g_copies_d2d.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      g_inner_ops.fetch_add(1, std::memory_order_relaxed);
+    }
+  } else if (src.is_hpu()) {
+    g_copies_d2h.fetch_add(1, std::memory_order_relaxed);  // the host waits for the device
+  }
   dst_cpu.copy_(src_cpu, non_blocking);
   if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
     check_int64_fits(dst_cpu);
@@ -902,9 +925,7 @@ void flatten_tensor_collective(torch::jit::Stack* stack, size_t begin, FallbackS
   }
 }
 
-void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
-              torch::jit::Stack* stack) {
-  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
+void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
   const auto num_args = arguments.size();
@@ -1086,6 +1107,25 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
       is_causal, scale, enable_gqa);
 }
 
+void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+              torch::jit::Stack* stack) {
+  g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
+  if (C10_LIKELY(t_launch_depth == 0)) {
+    g_eager_ops.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_inner_ops.fetch_add(1, std::memory_order_relaxed);
+  }
+  run_on_cpu(op, stack);
+}
+
+// .item(), bool(t), a Python number from an hpu tensor: a copy to the host that waits for
+// the device, not a kernel launch.
+void local_scalar_dense(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                        torch::jit::Stack* stack) {
+  g_scalar_reads.fetch_add(1, std::memory_order_relaxed);
+  run_on_cpu(op, stack);
+}
+
 // One synchronous stream per device: a tensor has no other stream to be recorded on.
 // (DeepSpeed ZeRO-3 calls record_stream before freeing a partitioned parameter.)
 void record_stream(at::Tensor& /*self*/, c10::Stream /*stream*/) {}
@@ -1114,6 +1154,8 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("resize_", TORCH_FN(hpu_emu::resize_));
   m.impl("record_stream", TORCH_FN(hpu_emu::record_stream));
   m.impl("_fused_sdp_choice", TORCH_FN(hpu_emu::fused_sdp_choice));
+  m.impl("_local_scalar_dense",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::local_scalar_dense>());
   // Composite kernels that pick a backend by device: on hpu they would choose
   // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
@@ -1255,6 +1297,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("route_to_cpu_kernels", &hpu_emu::route_to_cpu_kernels);
   m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
+  m.def("launch_counters", [] {
+    return std::unordered_map<std::string, uint64_t>{
+        {"eager_ops", hpu_emu::g_eager_ops.load()},
+        {"inner_ops", hpu_emu::g_inner_ops.load()},
+        {"copies_d2d", hpu_emu::g_copies_d2d.load()},
+        {"copies_h2d", hpu_emu::g_copies_h2d.load()},
+        {"copies_d2h", hpu_emu::g_copies_d2h.load()},
+        {"scalar_reads", hpu_emu::g_scalar_reads.load()}};
+  });
+  m.def("enter_launch", [] { ++hpu_emu::t_launch_depth; });
+  m.def("leave_launch", [] {
+    if (hpu_emu::t_launch_depth > 0) --hpu_emu::t_launch_depth;
+  });
   m.def("lazy_trace", [](bool on) { hpu_emu::g_lazy_trace.store(on); });
   m.def("lazy_take", [] {
     std::lock_guard<std::mutex> guard(hpu_emu::g_lazy_mutex);

@@ -1,0 +1,50 @@
+"""Gaudi's fast paths for unchanged code: what each replaces, and what turning it off costs.
+
+In eager mode every op is a launch of its own on Gaudi; the speed Gaudi users got from
+optimum-habana came from fused kernels (AdamW, clip-norm, SDPA, RMSNorm, rotary embeddings)
+and from HPU graphs for inference, each a single launch where the ordinary path makes many.
+The hosts take them where they give the ordinary path's results; the ``fast_paths`` plugin
+decides each from its setting. Pure data: the plugin, ``hpu-plugin info`` and the docs read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FastPath:
+    name: str  # the hpu_fast_path hook's ``name``
+    replaces: str  # what the ordinary path is
+    by: str  # the Gaudi kernel or mechanism
+    lost_when_off: str  # what a user gives up by turning it off
+    needs: str  # the bridge name it calls: ``module:attribute`` (``hpu`` ops: ``torch.ops.hpu:``)
+
+    @property
+    def setting(self) -> str:
+        return f"{SWITCH}_" + self.name.upper().removeprefix("FUSED_")
+
+
+#: The switch of every fast path at once (``0`` turns them all off).
+SWITCH = "HPU_PLUGIN_FAST"
+
+FAST_PATHS: tuple[FastPath, ...] = (
+    FastPath("fused_optimizer", "torch.optim.AdamW / SGD steps of a Trainer or an "
+             "Accelerate-prepared optimizer", "hpex FusedAdamW / FusedSGD "
+             "(torch.ops.hpu.optimizer_adamw / optimizer_sgd)",
+             "one launch per parameter group instead of several per parameter",
+             "torch.ops.hpu:optimizer_adamw"),
+    FastPath("fused_clip_norm", "gradient clipping (Accelerator.clip_grad_norm_, the "
+             "Trainer's max_grad_norm)", "hpex FusedClipNorm (torch.ops.hpu.fused_clip_norm)",
+             "one launch instead of a norm per gradient, a sum and a scale per gradient",
+             "torch.ops.hpu:fused_clip_norm"),
+    FastPath("fused_sdpa", "a Transformers model's scaled-dot-product attention",
+             "hpex FusedSDPA, registered in Transformers' AttentionInterface",
+             "the fused attention kernel: one launch, less memory than softmax(QK^T)V",
+             "habana_frameworks.torch.hpex.kernels:FusedSDPA"),
+    FastPath("fused_rms_norm", "a Transformers model's RMSNorm layers",
+             "hpex FusedRMSNorm", "one launch per norm instead of five or six",
+             "habana_frameworks.torch.hpex.normalization:FusedRMSNorm"),
+)
+
+BY_NAME: dict[str, FastPath] = {path.name: path for path in FAST_PATHS}

@@ -1,0 +1,231 @@
+"""Transformers models on Gaudi: attention by hpex ``FusedSDPA``, RMSNorm by ``FusedRMSNorm``.
+
+Attention goes through Transformers' own registry: every model with ``attn_implementation=
+"sdpa"`` (the default) asks ``AttentionInterface`` for ``"sdpa"`` at each call, so the entry
+is re-registered with a function that runs ``FusedSDPA`` for ``hpu`` tensors and
+Transformers' own function for everything else, or where the fused kernel would not give its
+result (dropout, whose random numbers differ, ``softcap``, ``position_bias``, ``s_aux``, a
+sliding window, attention weights asked for).
+
+RMSNorm has no registry a host can use without the ``kernels`` package and a Hub download
+(Transformers' ``use_kernel_forward_from_hub`` is a no-op without it), so the norm layers of
+a model are given ``FusedRMSNorm`` as their instance's ``forward`` when the model enters
+Gaudi work through ``Trainer`` or ``generate()``; the class and the model code are left as
+they are. Only classes whose arithmetic is Llama's (``weight * x / rms(x)``, ``eps`` in
+``variance_epsilon``) are taken: :data:`RMS_NORMS`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import types
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.patching import Patches, is_ours, ours, stay_out
+from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
+
+log = logging.getLogger("hpu_plugin")
+
+HOST = "transformers"
+ADAPTER = "fused attention and norms"
+
+#: RMSNorm classes whose forward is Llama's: ``weight * (x.float() * rsqrt(mean(x^2) + eps))
+#: .to(dtype)``. Gemma's (``1 + weight``) and OLMo 2's (weight before the cast) are not.
+RMS_NORMS = frozenset({
+    "LlamaRMSNorm", "MistralRMSNorm", "MixtralRMSNorm", "Qwen2RMSNorm", "Qwen2MoeRMSNorm",
+    "Qwen3RMSNorm", "Qwen3MoeRMSNorm", "Phi3RMSNorm",
+})
+#: Arguments of an attention call that the fused kernel does not compute as Transformers does.
+UNFUSED_KWARGS = ("softcap", "position_bias", "s_aux", "sliding_window", "output_attentions")
+
+
+@functools.cache
+def _fused_sdpa() -> Any | None:
+    try:
+        from habana_frameworks.torch.hpex.kernels import FusedSDPA
+    except Exception:
+        return None
+    return FusedSDPA
+
+
+def _autocast() -> bool:
+    import torch
+
+    return bool(torch.is_autocast_enabled(DEVICE_TYPE))
+
+
+def _bool() -> Any:
+    import torch
+
+    return torch.bool
+
+
+def _compiling() -> bool:
+    """Inside a ``torch.compile`` trace the graph compiler fuses; a hook call there would
+    break the graph, so compiled models keep Transformers' attention and norms."""
+    import torch
+
+    return bool(torch.compiler.is_compiling())
+
+
+def _fits(query: Any, key: Any, value: Any, attention_mask: Any, dropout: float,
+          kwargs: dict[str, Any]) -> bool:
+    if query.device.type != DEVICE_TYPE or dropout or _compiling():
+        return False
+    # under autocast torch's SDPA runs in the autocast dtype, which the kernel would not
+    if _autocast():
+        return False
+    # the kernel takes one dtype (and a mask of it, or a boolean one)
+    dtypes = {query.dtype, key.dtype, value.dtype}
+    if attention_mask is not None and attention_mask.dtype != _bool():
+        dtypes.add(attention_mask.dtype)
+    if len(dtypes) != 1:
+        return False
+    return all(kwargs.get(k) in (None, False) for k in UNFUSED_KWARGS)
+
+
+def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
+    """Transformers' ``sdpa`` attention, run by ``FusedSDPA`` where it gives the same result."""
+
+    @functools.wraps(original)
+    def sdpa_attention_forward(module: Any, query: Any, key: Any, value: Any,
+                               attention_mask: Any, dropout: float = 0.0,
+                               scaling: float | None = None, is_causal: bool | None = None,
+                               **kwargs: Any) -> tuple[Any, None]:
+        fits = _fits(query, key, value, attention_mask, dropout, kwargs)
+        fused = _fused_sdpa() if fits else None
+        if fused is None or not registry.fast_path(
+                "fused_sdpa", DEVICE_TYPE, {"model": type(module).__name__}):
+            return original(module, query, key, value, attention_mask, dropout=dropout,
+                            scaling=scaling, is_causal=is_causal, **kwargs)
+        return fused_attention(fused, module, query, key, value, attention_mask, scaling,
+                               is_causal)
+
+    return ours(sdpa_attention_forward)
+
+
+def fused_attention(fused: Any, module: Any, query: Any, key: Any, value: Any,
+                    attention_mask: Any, scaling: float | None, is_causal: bool | None) -> Any:
+    """Transformers' ``sdpa_attention_forward`` with ``FusedSDPA`` for torch's SDPA: grouped
+    key-value heads and boolean masks (True keeps) go to the kernel as they are, as it takes
+    them."""
+    q_length, kv_length = query.shape[2], key.shape[2]
+    if attention_mask is not None and attention_mask.ndim == 4:  # 4.5x: a static cache's mask
+        attention_mask = attention_mask[:, :, :, :kv_length]
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = bool(q_length > 1 and attention_mask is None and causal)
+    if causal and kv_length > q_length:  # prefill into an empty static cache
+        key, value = key[:, :, :q_length, :], value[:, :, :q_length, :]
+    output = fused.apply(query, key, value, attention_mask, 0.0, causal, scaling)
+    return output.transpose(1, 2).contiguous(), None
+
+
+# -- RMSNorm --------------------------------------------------------------------------------
+
+
+@functools.cache
+def _fused_rms_norm() -> Any | None:
+    try:
+        from habana_frameworks.torch.hpex.normalization import FusedRMSNorm
+    except Exception:
+        return None
+    return FusedRMSNorm
+
+
+def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
+    """Llama's RMSNorm by the kernel: in float32 one launch; in another dtype the kernel
+    normalises in float32 (unit weight) and the weight multiplies after the cast, as there.
+    Bound to the norm instance, so a deep copy of the model is bound to its own copy."""
+    import torch
+
+    weight, fused = self.weight, _fused_rms_norm()
+    if hidden_states.device.type != DEVICE_TYPE or fused is None or _compiling():
+        return type(self).forward(self, hidden_states)
+    if hidden_states.dtype == weight.dtype == torch.float32:
+        return fused.apply(hidden_states, weight, self.variance_epsilon)
+    unit = torch.ones_like(weight, dtype=torch.float32)
+    normed = fused.apply(hidden_states.float(), unit, self.variance_epsilon)
+    return weight * normed.to(hidden_states.dtype)
+
+
+def fuse_norms(registry: Registry, model: Any) -> int:
+    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it."""
+    if getattr(model, "_hpu_plugin_norms", None) is not None:
+        return int(model._hpu_plugin_norms)
+    if _fused_rms_norm() is None:
+        return 0
+    norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
+             and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
+             and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
+    if norms and registry.fast_path("fused_rms_norm", DEVICE_TYPE,
+                                    {"model": getattr(model.config, "model_type", "")}):
+        for norm in norms:
+            norm.forward = types.MethodType(ours(fused_rms_forward), norm)
+    else:
+        norms = []
+    model._hpu_plugin_norms = len(norms)
+    return len(norms)
+
+
+# -- installing -----------------------------------------------------------------------------
+
+
+def install_attention(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    interface = getattr(module, "AttentionInterface", None)
+    mapping = getattr(interface, "_global_mapping", None)
+    original = mapping.get("sdpa") if isinstance(mapping, dict) else None
+    if original is None:
+        stay_out(HOST, ADAPTER, "AttentionInterface._global_mapping['sdpa']")
+        return
+    if is_ours(original):
+        return
+    mapping["sdpa"] = make_attention(registry, original)
+    patches.on_undo(lambda: mapping.__setitem__("sdpa", original),
+                    "transformers AttentionInterface['sdpa']")
+
+
+MARK = "_hpu_plugin_fused_norms"
+
+
+def _norms_at(registry: Registry, method: Callable[..., Any],
+              model_of: Callable[[Any], Any]) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            model = model_of(self)
+            if model is not None:
+                fuse_norms(registry, model)
+        except Exception as exc:  # a fast path: never break the user's call
+            say_once("fused-norms-failed", logging.WARNING,
+                     "hpu_plugin: the fused RMSNorm is off: %r", exc)
+        return method(self, *args, **kwargs)
+
+    setattr(run, MARK, True)
+    return run
+
+
+def _wrap(registry: Registry, patches: Patches, module: types.ModuleType, owner: str,
+          name: str, model_of: Callable[[Any], Any]) -> None:
+    cls = getattr(module, owner, None)
+    method = vars(cls).get(name) if cls is not None else None
+    if method is None:
+        stay_out(HOST, ADAPTER, f"{owner}.{name}")
+    elif not getattr(method, MARK, False):
+        patches.set(cls, name, _norms_at(registry, method, model_of))
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    from hpu_plugin import importhook
+
+    def hook(adapter: Callable[..., None]) -> Callable[[types.ModuleType], None]:
+        return lambda module: adapter(registry, patches, module)
+
+    importhook.when_imported("transformers.modeling_utils", hook(install_attention))
+    importhook.when_imported("transformers.generation.utils", lambda module: _wrap(
+        registry, patches, module, "GenerationMixin", "generate", lambda model: model))
+    importhook.when_imported("transformers.trainer", lambda module: _wrap(
+        registry, patches, module, "Trainer", "train", lambda trainer: trainer.model))

@@ -1,0 +1,266 @@
+"""Accelerate (and so the ``Trainer``): AdamW and SGD stepped by Gaudi's fused optimizer
+kernels, gradient clipping by its fused clip-norm kernel.
+
+In eager mode every op is a launch on Gaudi: ``torch.optim.AdamW`` makes several per
+parameter, the fused kernel (``torch.ops.hpu.optimizer_adamw``, what hpex ``FusedAdamW``
+calls) one per parameter group. Every optimizer a ``Trainer`` or a user's ``accelerator.
+prepare`` steps is an ``AcceleratedOptimizer``; when it wraps exactly ``torch.optim.AdamW``
+or ``SGD`` (also with ``fused=True``, torch's fused kernel, which Gaudi lacks) with options the
+kernels have, on ``hpu`` parameters, its ``step`` runs the
+kernel on the optimizer's own state (torch's layout: ``step``, ``exp_avg``, ``exp_avg_sq``,
+``momentum_buffer``), so schedulers, ``state_dict`` and checkpoints stay torch's. Any other
+class (a subclass, Adafactor, bitsandbytes 8-bit, ...) or option keeps torch's step.
+
+The arithmetic is torch's: the kernel computes ``w*(1-lr*wd) - lr*sqrt(bc2)/bc1 *
+m/(sqrt(v)+eps')``, and ``eps' = eps*sqrt(bc2)`` makes that torch's ``w*(1-lr*wd) -
+lr/bc1 * m/(sqrt(v)/sqrt(bc2)+eps)``. ``Accelerator.clip_grad_norm_`` with the 2-norm, outside
+FSDP, DeepSpeed and XLA, unscales as before and clips with ``torch.ops.hpu.fused_clip_norm``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import types
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.patching import Patches, is_ours, original_of, ours
+from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
+
+log = logging.getLogger("hpu_plugin")
+
+HOST = "accelerate"
+ADAPTER = "fused optimizer and clip-norm"
+
+
+def _op(name: str) -> Any | None:
+    import torch
+
+    try:
+        return getattr(torch.ops.hpu, name)
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _on_hpu(params: list[Any]) -> bool:
+    return bool(params) and all(
+        p.device.type == DEVICE_TYPE and not p.is_sparse and p.is_floating_point() for p in params)
+
+
+def _fits(optimizer: Any) -> str | None:
+    """Which fused kernel steps ``optimizer`` (``"adamw"``, ``"sgd"``), or None."""
+    import torch
+
+    kind = {torch.optim.AdamW: "adamw", torch.optim.SGD: "sgd"}.get(type(optimizer))
+    if kind is None:
+        return None
+    for group in optimizer.param_groups:
+        params = list(group["params"])
+        if (params and not _on_hpu(params)) or isinstance(group.get("lr"), torch.Tensor):
+            return None
+        # ``fused=True`` (Transformers 5's default ``adamw_torch_fused``) is torch's own fused
+        # kernel, which the Gaudi bridge does not have (aten::_fused_adamw_ falls back to
+        # the CPU): the same arithmetic, so the Gaudi kernel takes it over.
+        if group.get("maximize") or group.get("differentiable"):
+            return None
+        if kind == "adamw" and (group.get("amsgrad") or group.get("capturable")
+                                or not group.get("decoupled_weight_decay", True)):
+            return None
+        if kind == "sgd" and group.get("momentum", 0) and group.get("dampening", 0):
+            return None  # torch's first step copies the gradient; with dampening they differ
+    return kind if _op("optimizer_adamw" if kind == "adamw" else "optimizer_sgd") else None
+
+
+def _scalar(value: float, like: Any) -> Any:
+    import torch
+
+    return torch.tensor([value], dtype=torch.float).to(like.dtype).to(like.device)
+
+
+def adamw_step(optimizer: Any) -> None:
+    """One AdamW step of every group: one kernel launch per group and step count."""
+    import torch
+
+    for group in optimizer.param_groups:
+        beta1, beta2 = group["betas"]
+        by_step: dict[float, list[Any]] = {}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = optimizer.state[p]
+            if not state:
+                state["step"] = torch.tensor(0.0, dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+            by_step.setdefault(float(state["step"]), []).append(p)
+        for step, params in by_step.items():
+            bc1, bc2 = 1 - beta1**step, 1 - beta2**step
+            lr, wd = group["lr"], group["weight_decay"]
+            states = [optimizer.state[p] for p in params]
+            # the bridge's two schemas: lazy mode takes the decay factor as a float
+            decay = (1.0 - lr * wd,) if _lazy() else (_scalar(1.0 - lr * wd, params[0]), wd != 0)
+            torch.ops.hpu.optimizer_adamw(
+                [p.grad for p in params], [p.data for p in params],
+                [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                _scalar(-lr * math.sqrt(bc2) / bc1, params[0]), beta1, beta2,
+                group["eps"] * math.sqrt(bc2), *decay, None, None,
+            )
+
+
+def _lazy() -> bool:
+    """The mode the bridge's ops were loaded for (its ``utils.internal.is_lazy``)."""
+    try:
+        from habana_frameworks.torch.utils.internal import is_lazy
+    except Exception:
+        return False
+    return bool(is_lazy())
+
+
+def sgd_step(optimizer: Any) -> None:
+    """One SGD step of every group: one kernel launch per group."""
+    import torch
+
+    for group in optimizer.param_groups:
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            continue
+        lr = _scalar(group["lr"], params[0]).float()
+        grads, weights = [p.grad for p in params], [p.data for p in params]
+        if not group.get("momentum", 0):
+            torch.ops.hpu.optimizer_sgd(grads, weights, lr, group["weight_decay"], 0.0,
+                                        group.get("dampening", 0), group.get("nesterov", False))
+            continue
+        buffers = []
+        for p in params:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p)
+            buffers.append(state["momentum_buffer"])
+        step_t = vars(optimizer).get("_hpu_plugin_sgd_step")  # the kernel's epoch counter
+        if step_t is None:
+            step_t = torch.tensor([0], dtype=torch.int32).to(params[0].device)
+            optimizer._hpu_plugin_sgd_step = step_t
+        torch.ops.hpu.optimizer_sgd_momentum(
+            grads, weights, buffers, step_t, lr, _scalar(group["momentum"], params[0]).float(),
+            group["weight_decay"], group.get("dampening", 0), group.get("nesterov", False))
+
+
+STEPS: dict[str, Callable[[Any], None]] = {"adamw": adamw_step, "sgd": sgd_step}
+
+
+def fuse(registry: Registry, optimizer: Any) -> bool:
+    """Make ``optimizer.step`` the fused kernel where it fits and the hook agrees."""
+    if is_ours(vars(optimizer).get("step")):
+        return True
+    kind = _fits(optimizer)
+    if kind is None or not registry.fast_path(
+            "fused_optimizer", DEVICE_TYPE, {"optimizer": type(optimizer).__name__}):
+        return False
+    original = optimizer.step
+    fused = STEPS[kind]
+
+    def run(self: Any, closure: Callable[[], Any] | None = None) -> Any:
+        import torch
+
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        with torch.no_grad():
+            fused(self)
+        return loss
+
+    # torch's own wrapper of every optimizer step: step hooks, profiler range, step counter
+    hooked = getattr(type(optimizer), "profile_hook_step", lambda f: f)(run)
+
+    def step(self: Any, closure: Callable[[], Any] | None = None) -> Any:
+        if _fits(self) != kind:  # groups added or options changed since: torch's step
+            return original(closure)
+        self._opt_called = True  # what an LR scheduler's wrapper of step records
+        return hooked(self, closure)
+
+    if getattr(original, "_wrapped_by_lr_sched", False):  # step records its call, as before
+        step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    # a bound method, as the step it replaces: LR schedulers wrap ``step.__func__``
+    optimizer.step = types.MethodType(ours(step), optimizer)
+    return True
+
+
+def clip_grads(parameters: list[Any]) -> list[Any] | None:
+    """The gradients the fused clip-norm kernel takes, or None where it does not fit."""
+    grads = [p.grad for p in parameters if getattr(p, "grad", None) is not None]
+    if _op("fused_clip_norm") is None or not _on_hpu(grads) or len({g.dtype for g in grads}) != 1:
+        return None
+    return grads
+
+
+def fused_clip(grads: list[Any], max_norm: float) -> Any:
+    """The total 2-norm of ``grads``, which are scaled down to ``max_norm`` if above it."""
+    import torch
+
+    dtype, device = grads[0].dtype, grads[0].device
+    with torch.no_grad():
+        placeholder = torch.zeros(1, dtype=dtype).to(device)
+        max_norm_t = (torch.ones(1) * max_norm).to(dtype).to(device)
+        return torch.ops.hpu.fused_clip_norm([*grads, placeholder], max_norm_t, 2.0)
+
+
+# -- installing -----------------------------------------------------------------------------
+
+
+def install_optimizer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "AcceleratedOptimizer", None)
+    original = original_of(cls, "__init__", HOST, ADAPTER, "AcceleratedOptimizer.__init__",
+                           own=True)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, optimizer, *args, **kwargs)
+        try:
+            fuse(registry, self.optimizer)
+        except Exception as exc:  # a fast path: never break the user's optimizer
+            say_once("fused-optimizer-failed", logging.WARNING,
+                     "hpu_plugin: the fused optimizer is off: %r", exc)
+
+    patches.set(cls, "__init__", ours(__init__))
+
+
+def install_clip(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "Accelerator", None)
+    original = original_of(cls, "clip_grad_norm_", HOST, ADAPTER, "Accelerator.clip_grad_norm_",
+                           own=True)
+    if original is None:
+        return
+    plain = ("NO", "MULTI_HPU")
+
+    @functools.wraps(original)
+    def clip_grad_norm_(self: Any, parameters: Any, max_norm: float, norm_type: float = 2) -> Any:
+        kind = str(getattr(self.distributed_type, "value", self.distributed_type))
+        if kind in plain and float(norm_type) == 2.0 and registry.fast_path(
+                "fused_clip_norm", DEVICE_TYPE, {"distributed_type": kind}):
+            parameters = list(parameters)
+            grads = clip_grads(parameters)
+            if grads is not None:
+                self.unscale_gradients()
+                return fused_clip(grads, float(max_norm))
+        return original(self, parameters, max_norm, norm_type)
+
+    patches.set(cls, "clip_grad_norm_", ours(clip_grad_norm_))
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    """Register the post-import hooks (only with a device ready)."""
+    from hpu_plugin import importhook
+
+    def hook(adapter: Callable[..., None]) -> Callable[[types.ModuleType], None]:
+        return lambda module: adapter(registry, patches, module)
+
+    importhook.when_imported("accelerate.optimizer", hook(install_optimizer))
+    importhook.when_imported("accelerate.accelerator", hook(install_clip))

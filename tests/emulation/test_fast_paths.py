@@ -1,0 +1,175 @@
+"""Gaudi's fast paths give the ordinary path's results: unchanged Trainer and generate() code
+on the emulated Gaudi, every fast path off against all on, for Llama, Qwen2, GPT-2 and BERT."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SCRIPT = r"""
+import json, os, random
+import torch
+from torch.utils.data import Dataset
+from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Trainer,
+                          TrainingArguments, TrainerCallback)
+from hpu_plugin.emulation import counters
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
+MODELS = {
+    "llama": lambda: LlamaForCausalLM(LlamaConfig(num_key_value_heads=2, **SIZES)),
+    "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(num_key_value_heads=2, **SIZES)),
+    "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4,
+                                               n_positions=64, pad_token_id=0)),
+    "bert": lambda: BertForMaskedLM(BertConfig(**SIZES)),
+}
+
+class Rows(Dataset):
+    def __init__(self):
+        rng = random.Random(0)
+        self.n = [rng.randint(5, 24) for _ in range(40)]
+    def __len__(self):
+        return len(self.n)
+    def __getitem__(self, i):
+        ids = [3 + (i * 7 + j * 5) % 90 for j in range(self.n[i])]
+        return {"input_ids": ids, "labels": ids}
+
+def collate(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.zeros((len(features), longest), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, f in enumerate(features):
+        n = len(f["input_ids"])
+        ids[row, :n] = torch.tensor(f["input_ids"])
+        mask[row, :n] = 1
+        labels[row, :n] = torch.tensor(f["labels"])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+class Losses(TrainerCallback):
+    def __init__(self):
+        self.losses = []
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(logs["loss"])
+
+def train(name):
+    torch.manual_seed(0)
+    seen = Losses()
+    args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-fast", max_steps=20,
+                             per_device_train_batch_size=2, learning_rate=1e-3, report_to=[],
+                             save_strategy="no", logging_steps=1, seed=0, disable_tqdm=True)
+    trainer = Trainer(model=MODELS[name]().to("hpu"), args=args, train_dataset=Rows(),
+                      data_collator=collate, callbacks=[seen])
+    counters.reset()
+    trainer.train()
+    return seen.losses, counters.snapshot()
+
+def infer(name):
+    torch.manual_seed(0)
+    model = MODELS[name]().to("hpu").eval()
+    ids = torch.tensor([[0, 0, 0, 5, 9, 14, 27], [4, 8, 15, 16, 23, 42, 7]]).to("hpu")
+    mask = (ids != 0).long() if name != "bert" else torch.ones_like(ids)
+    counters.reset()
+    with torch.no_grad():
+        if name == "bert":
+            tokens = model(input_ids=ids, attention_mask=mask).logits.argmax(-1)
+        else:
+            tokens = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10,
+                                    do_sample=False)
+    return tokens.cpu().tolist(), counters.snapshot()
+
+result = {}
+for name in MODELS:
+    arms = {}
+    for arm, switch in (("off", "0"), ("on", "1")):
+        os.environ["HPU_PLUGIN_FAST"] = switch
+        losses, train_counts = train(name)
+        tokens, infer_counts = infer(name)
+        arms[arm] = {"losses": losses, "train": train_counts, "tokens": tokens,
+                     "infer": infer_counts}
+    result[name] = arms
+print("RESULT" + json.dumps(result))
+"""
+
+
+@pytest.mark.e2e
+def test_fast_paths_keep_losses_and_tokens_and_cut_launches(run):
+    out = run(SCRIPT, {"TRANSFORMERS_VERBOSITY": "error"}, timeout=600).stdout
+    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line[len("RESULT"):])
+    for name, arms in result.items():
+        off, on = arms["off"], arms["on"]
+        assert len(off["losses"]) == len(on["losses"]) == 20, name
+        for a, b in zip(on["losses"], off["losses"], strict=True):
+            assert abs(a - b) <= 1e-3 * abs(b), (name, on["losses"], off["losses"])
+        assert on["tokens"] == off["tokens"], name
+        # the fused optimizer and clip-norm serve every model; the unfused arm has none
+        assert off["train"]["fused_kernels"] == 0 and on["train"]["fused_kernels"] >= 40, name
+        assert on["train"]["launches"] < off["train"]["launches"], name
+    # models with RMSNorm and sdpa attention take the fused kernels in inference too
+    for name in ("llama", "qwen2"):
+        assert result[name]["on"]["infer"]["fused_kernels"] > 0, name
+        assert result[name]["on"]["infer"]["launches"] < result[name]["off"]["infer"]["launches"]
+
+
+OPTIMIZERS = r"""
+import json, os
+import torch
+from accelerate import Accelerator
+from hpu_plugin.emulation import counters
+
+def run(make, fast, clip):
+    os.environ["HPU_PLUGIN_FAST"] = fast
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model.to("hpu")
+    optimizer = make(model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+    accelerator = Accelerator()
+    model, optimizer = accelerator.prepare(model, optimizer)
+    norms = []
+    for step in range(6):
+        x = torch.randn(5, 8).to("hpu")
+        loss = model(x).pow(2).mean() * 10
+        accelerator.backward(loss)
+        norms.append(float(accelerator.clip_grad_norm_(model.parameters(), clip)))
+        counters.reset()
+        optimizer.step()
+        launches = counters.snapshot()["launches"]
+        scheduler.step()
+        optimizer.zero_grad()
+    state = optimizer.state_dict()["state"].get(0, {})
+    return ([p.detach().cpu().flatten().tolist() for p in model.parameters()], norms,
+            sorted(state), launches)
+
+MAKERS = {
+    "adamw": lambda p: torch.optim.AdamW(p, lr=0.05, weight_decay=0.1),
+    "adamw_fused": lambda p: torch.optim.AdamW(p, lr=0.05, fused=True),
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1),
+    "sgd_momentum": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01,
+                                              nesterov=True),
+}
+out = {}
+for name, make in MAKERS.items():
+    off, on = run(make, "0", 0.5), run(make, "1", 0.5)
+    diff = max(abs(a - b) for x, y in zip(off[0], on[0]) for a, b in zip(x, y))
+    out[name] = {"diff": diff, "norms": [off[1], on[1]], "state": [off[2], on[2]],
+                 "launches": [off[3], on[3]]}
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.mark.e2e
+def test_fused_optimizers_and_clip_norm_match_torch_and_keep_its_state(run):
+    out = run(OPTIMIZERS).stdout
+    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line[len("RESULT"):])
+    for name, r in result.items():
+        assert r["diff"] < 1e-5, (name, r)  # six steps, a scheduler halving lr, clipping
+        off, on = r["norms"]
+        assert all(abs(a - b) <= 1e-5 * max(1.0, b) for a, b in zip(on, off, strict=True))
+        assert r["state"][0] == r["state"][1], (name, r["state"])  # torch's state layout
+        assert r["launches"][1] < r["launches"][0], (name, r["launches"])
