@@ -178,7 +178,7 @@ def _positive(text: str) -> int:
 
 def _dtype(text: str) -> str:
     """``--dtype``: refused before any work unless a precision the rules know."""
-    from hpu_plugin.gaudi.generations import DTYPE_NAMES
+    from hpu_plugin.diagnostics.checks import DTYPE_NAMES
 
     if text.strip().lower() not in DTYPE_NAMES:
         raise argparse.ArgumentTypeError(

@@ -41,7 +41,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "plugins": BASE | {"hookspecs", "gaudi"},
     "emulation": BASE | {"gaudi"},
     "hosts": BASE | {"hookspecs", "gaudi", "registry"},
-    "diagnostics": BASE | {"hookspecs", "gaudi", "registry", "hosts"},
+    "diagnostics": BASE | {"hookspecs", "gaudi", "loader", "switches", "registry", "hosts"},
     "activation": BASE | {"gaudi", "registry", "emulation", "hosts", "diagnostics"},
     "selftest": BASE | {"hookspecs", "gaudi", "registry"},
     "cli": BASE | {"diagnostics", "selftest"},

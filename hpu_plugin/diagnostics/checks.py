@@ -16,6 +16,7 @@ from hpu_plugin import settings
 from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
+from hpu_plugin.gaudi.generations import DTYPE_NAMES as DTYPE_NAMES  # the CLI's --dtype
 from hpu_plugin.gaudi.generations import Generation
 
 

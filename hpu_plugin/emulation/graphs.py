@@ -341,9 +341,13 @@ def is_current_stream_capturing() -> bool:
     return bool(_capturing)
 
 
-def _mark_step_during_capture() -> None:
+def _mark_step_during_capture() -> bool:
     for owner in list(_capturing):
         owner._step_marked()
+    return bool(_capturing)
+
+
+lazy._capture_step.append(_mark_step_during_capture)
 
 
 class graph:

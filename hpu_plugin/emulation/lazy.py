@@ -26,6 +26,10 @@ from hpu_plugin.emulation import recipes, runtime
 _lock = threading.Lock()
 _closures: list[Callable[[], Any]] = []
 _state = {"since": time.perf_counter_ns()}
+#: Set by ``graphs`` when it loads: takes a step mark while an HPU graph is being captured
+#: (the ops are the captured graph's) and answers whether it did. A callback, not an import,
+#: so that ``graphs`` (which marks steps here) and this module do not import each other.
+_capture_step: list[Callable[[], bool]] = []
 
 
 def is_lazy() -> bool:
@@ -76,11 +80,9 @@ def flush() -> None:
     now = time.perf_counter_ns()
     with _lock:
         since, _state["since"] = _state["since"], now
-    from hpu_plugin.emulation import graphs
-
-    if graphs.is_current_stream_capturing():
-        graphs._mark_step_during_capture()  # the ops are the captured graph's
-    elif ops:
+    if any(take() for take in _capture_step):
+        return  # the ops are the captured graph's
+    if ops:
         recipes.account(f"lazy{graph_hash:016x}", (), "lazy", (now - since) // 1000)
 
 
