@@ -169,3 +169,24 @@ def test_info_and_doctor_on_the_emulator_say_tested_and_every_adapter_in(command
         for host in support.HOSTS:
             assert checks[host]["severity"] == "ok", checks[host]
         assert "adapters" not in checks
+
+
+def test_info_and_doctor_know_the_libraries_optimum_habana_covered(monkeypatch):
+    from hpu_plugin.hosts import support as s
+
+    libraries = s.library_standings()
+    assert set(libraries) == {"peft", "sentence-transformers", "trl", "diffusers"}
+    assert libraries["sentence-transformers"]["standing"] == s.TESTED  # the pinned release
+    result = {"hosts": {}, "combination": {"message": ""}, "libraries": libraries,
+              "adapters": None}
+    lines = "\n".join(s.report_lines(result))
+    assert "sentence-transformers  6.2.0" in lines and "one Gaudi per pool worker" in lines
+    assert not s.findings(result)
+    versions = {"sentence-transformers": "6.3.0", "trl": "1.16.0"}
+    monkeypatch.setattr(s, "installed_version", lambda name: versions.get(name))
+    moved = s.library_standings()
+    assert moved["sentence-transformers"]["standing"] == "untested"
+    assert moved["diffusers"]["standing"] == s.NOT_INSTALLED
+    found = s.findings({**result, "libraries": moved})
+    assert [(f.check, f.severity) for f in found] == [("sentence-transformers", "warning")]
+    assert "install sentence-transformers==6.2.0" in found[0].fix
