@@ -193,3 +193,17 @@ def test_info_and_doctor_know_the_libraries_optimum_habana_covered(monkeypatch):
     found = s.findings({**result, "libraries": moved})
     assert [(f.check, f.severity) for f in found] == [("sentence-transformers", "warning")]
     assert "install sentence-transformers==6.2.0" in found[0].fix
+
+
+def test_the_libraries_tested_releases_are_the_pins():
+    """requirements/test.txt installs exactly the releases support.py calls tested."""
+    import re
+    from pathlib import Path
+
+    from hpu_plugin.hosts import support as s
+
+    pins = Path(__file__).resolve().parents[2] / "requirements" / "test.txt"
+    text = pins.read_text(encoding="utf-8")
+    for name, tested in s.LIBRARIES_TESTED.items():
+        found = re.search(rf"^{re.escape(name)}==(\S+)", text, re.MULTILINE)
+        assert found is not None and found.group(1) == tested[-1], name
