@@ -47,7 +47,8 @@ def _environment(suite: Suite, device: str, outcomes: Path, source: Path) -> dic
     env["HPU_PLUGIN_PEER_PARENT"] = str(os.getpid())
     env["HPU_PLUGIN_PEER_SOURCE"] = str(source)
     if device == "hpu":
-        env.update(HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_EMULATE_DEVICES="2", **suite.hpu_env)
+        env.update(HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_EMULATE_DEVICES="2")
+        env.update(suite.hpu_env)  # a suite's own switches win (TRL: a whole server)
     return env
 
 
@@ -141,7 +142,8 @@ def run(
     for name in names:
         suite = SUITES[name]
         if rerun:
-            source = source_tree(suite.distribution, pinned_version(suite.distribution))
+            version = pinned_version(suite.distribution)  # the installed release is the pin
+            source = source_tree(suite.distribution, version) if suite.sdist_tests else REPO
             cpu = _run(suite, "cpu", subset, source, timeout)
             hpu = _run(suite, "hpu", subset, source, timeout)
         else:

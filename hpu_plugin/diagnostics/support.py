@@ -12,13 +12,21 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-from hpu_plugin.hosts.support import HOSTS, HPU_CODE_SINCE, MATRIX, release_key, tested_releases
+from hpu_plugin.hosts.support import (
+    HOSTS,
+    HPU_CODE_SINCE,
+    LIBRARIES_TESTED,
+    MATRIX,
+    release_key,
+    tested_releases,
+)
 
 if TYPE_CHECKING:
     from hpu_plugin.gaudi.findings import Finding
 
-#: The libraries whose adapters ``probe_adapters`` imports: the hosts and PEFT.
-PROBED = (*HOSTS, "peft")
+#: The libraries whose adapters ``probe_adapters`` imports (top-level module names): the
+#: hosts, PEFT and sentence-transformers.
+PROBED = (*HOSTS, "peft", "sentence_transformers")
 
 TESTED = "tested"
 UNTESTED = "in range, untested"
@@ -174,6 +182,39 @@ def _import(name: str, probed: list[str], absent: list[str]) -> None:
         probed.append(name)
 
 
+#: What each library gets on Gaudi, for ``hpu-plugin info``.
+LIBRARY_ADAPTERS = {
+    "peft": "adapter: infer_device names hpu",
+    "sentence-transformers": "adapter: plain path without optimum-habana, one Gaudi per pool "
+    "worker",
+    "trl": "no adapter needed (runs through Transformers and Accelerate)",
+    "diffusers": "no adapter needed (pipeline.to('hpu'))",
+}
+
+
+def library_standings() -> dict[str, dict[str, str | None]]:
+    """The libraries beyond the matrix hosts: installed release, tested or not, and what the
+    plugin does for them. Only exact tested releases count: each was tested alone, on the
+    newest matrix entry."""
+    result: dict[str, dict[str, str | None]] = {}
+    for name, tested in LIBRARIES_TESTED.items():
+        version = installed_version(name)
+        key = release_key(version) if version is not None else None
+        if version is None:
+            standing = NOT_INSTALLED
+        elif key is None:
+            standing = UNREADABLE
+        elif any(key == release_key(t) for t in tested):
+            standing = TESTED
+        else:
+            standing = "untested"
+        result[name] = {
+            "version": version, "standing": standing, "tested": ", ".join(tested),
+            "plugin": LIBRARY_ADAPTERS[name],
+        }
+    return result
+
+
 def report(versions: dict[str, str | None] | None = None, probe: bool = True) -> dict[str, Any]:
     """The standing of the hosts (installed, unless ``versions`` names others), their
     combination, and the adapters that stayed out (``probe``: after importing what they
@@ -183,6 +224,7 @@ def report(versions: dict[str, str | None] | None = None, probe: bool = True) ->
     return {
         "hosts": {host: s.to_dict() for host, s in standings(versions).items()},
         "combination": combination(versions),
+        "libraries": library_standings(),
         "adapters": probe_adapters() if probe else None,
     }
 
@@ -196,6 +238,14 @@ def report_lines(result: dict[str, Any]) -> list[str]:
         if standing["standing"] not in (TESTED, NOT_INSTALLED):
             lines.append(f"    {standing['message']}")
     lines.append(f"  {'together':<14} {'':<14} {result['combination']['message']}")
+    libraries = result.get("libraries") or {}
+    if libraries:
+        lines.append("Libraries tested on the newest hosts:")
+    for name, library in libraries.items():
+        version = library["version"] or "-"
+        lines.append(f"  {name:<22} {version:<10} {library['standing']:<14} {library['plugin']}")
+        if library["standing"] == "untested":
+            lines.append(f"    tested: {library['tested']}")
     adapters = result["adapters"]
     if adapters is not None:
         if adapters["note"]:
@@ -229,6 +279,14 @@ def findings(result: dict[str, Any]) -> list[Finding]:
         if severity == "warning":
             fix = f"install a tested release of {host}: {_joined(tested_releases(host))}"
         found.append(Finding(host, severity, standing["message"], fix))  # type: ignore[arg-type]
+    for name, library in (result.get("libraries") or {}).items():
+        if library["standing"] in ("untested", UNREADABLE):
+            found.append(Finding(
+                name, "warning" if name in ("peft", "sentence-transformers") else "info",
+                f"{name} {library['version']} is not a tested release (tested: "
+                f"{library['tested']}); {library['plugin']}",
+                f"install {name}=={library['tested'].split(', ')[-1]}",
+            ))
     adapters = result["adapters"] or {}
     for adapter, reason in adapters.get("stayed_out", {}).items():
         found.append(

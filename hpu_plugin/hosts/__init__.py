@@ -1,4 +1,5 @@
-"""Host adapters: make torch, Transformers, Accelerate and PEFT ask the registry.
+"""Host adapters: make torch, Transformers, Accelerate, PEFT and sentence-transformers ask the
+registry.
 
 Each adapter finds one host's decision points and routes them through
 ``hpu_plugin.registry``; it never calls a plugin directly. Adapters are version-guarded:
@@ -37,6 +38,7 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             accelerate_adapter,
             env_section,
             peft_adapter,
+            sentence_transformers_adapter,
             torch_adapter,
             transformers_adapter,
         )
@@ -53,6 +55,7 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
                 from hpu_plugin.hosts import shape_buckets, trainer_buckets
 
                 shape_buckets.install(registry, patches)
+                transformers_adapter.keep_gaudi_workarounds(patches)
                 trainer_buckets.install(registry, patches)
                 from hpu_plugin.hosts import fast_paths
 
@@ -60,6 +63,7 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)
+            sentence_transformers_adapter.install(registry, patches, available)
         except Exception as exc:  # activation must never break `import torch`
             log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
             record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")

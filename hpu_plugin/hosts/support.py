@@ -60,6 +60,22 @@ MATRIX: tuple[MatrixEntry, ...] = (
 #: other release the adapter stays out and says so.
 PEFT_TESTED = ("0.21.2",)
 
+#: The libraries optimum-habana used to cover, tested on the newest matrix entry
+#: (requirements/test.txt and requirements/peer.txt pin them; their own test suites run in
+#: ``peer_suites``). sentence-transformers has an adapter (``sentence_transformers_adapter``:
+#: its optimum branch and its multi-process pool), which stays out of any other release; TRL
+#: and diffusers need none (they reach Gaudi through Transformers, Accelerate and torch).
+SENTENCE_TRANSFORMERS_TESTED = ("6.2.0",)
+TRL_TESTED = ("1.16.0",)
+DIFFUSERS_TESTED = ("0.42.1",)
+#: distribution -> its tested releases, for ``hpu-plugin info`` and ``doctor``.
+LIBRARIES_TESTED = {
+    "peft": PEFT_TESTED,
+    "sentence-transformers": SENTENCE_TRANSFORMERS_TESTED,
+    "trl": TRL_TESTED,
+    "diffusers": DIFFUSERS_TESTED,
+}
+
 #: Below these, the hosts have no HPU code at all: the adapters stay out of them.
 HPU_CODE_SINCE = {"transformers": "4.51", "accelerate": "1.5.0"}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,21 @@ def _keep_gaudi_workarounds(patches: Patches, release: tuple[int, ...]) -> None:
                  "hpu_plugin: Transformers' Gaudi workarounds could not be installed (%s: %s); "
                  "int64 gather, self-aliasing scatter and cholesky may fail on Gaudi.",
                  type(exc).__name__, exc)
+
+
+def keep_gaudi_workarounds(patches: Patches) -> None:
+    """From activation, on Gaudi: the workarounds in place before anything reaches ``hpu``.
+
+    Transformers makes them in ``is_torch_hpu_available()``, but a library can find Gaudi
+    without asking it (sentence-transformers 6.2 asks ``habana_frameworks`` directly), and
+    its BERT encode then fails with "Graph compile failed with synStatus 26" on the int64
+    gather. They are HPU kernels, free for CPU ops, so they are registered whoever asks
+    first; which ones follows the installed Transformers (read from its metadata, not
+    imported), the newest set without it: Gaudi's limits do not depend on Transformers.
+    """
+    version = host_version(HOST)
+    key = release_key(version) if version != "?" else None
+    _keep_gaudi_workarounds(patches, key[0] if key is not None else (sys.maxsize,))
 
 
 def make_is_torch_hpu_available(

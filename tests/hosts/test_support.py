@@ -170,3 +170,41 @@ def test_info_and_doctor_on_the_emulator_say_tested_and_every_adapter_in(command
         for host in support.HOSTS:
             assert checks[host]["severity"] == "ok", checks[host]
         assert "adapters" not in checks
+
+
+def test_info_and_doctor_know_the_libraries_optimum_habana_covered(monkeypatch):
+    s = support
+
+    pinned = {"peft": "0.21.2", "sentence-transformers": "6.2.0", "trl": "1.16.0",
+              "diffusers": "0.42.1"}
+    monkeypatch.setattr(s, "installed_version", lambda name: pinned.get(name))
+    libraries = s.library_standings()
+    assert set(libraries) == set(pinned)
+    assert {lib["standing"] for lib in libraries.values()} == {s.TESTED}
+    result = {"hosts": {}, "combination": {"message": ""}, "libraries": libraries,
+              "adapters": None}
+    lines = "\n".join(s.report_lines(result))
+    assert "sentence-transformers  6.2.0" in lines and "one Gaudi per pool worker" in lines
+    assert not s.findings(result)
+    versions = {"sentence-transformers": "6.3.0", "trl": "1.16.0"}
+    monkeypatch.setattr(s, "installed_version", lambda name: versions.get(name))
+    moved = s.library_standings()
+    assert moved["sentence-transformers"]["standing"] == "untested"
+    assert moved["diffusers"]["standing"] == s.NOT_INSTALLED
+    found = s.findings({**result, "libraries": moved})
+    assert [(f.check, f.severity) for f in found] == [("sentence-transformers", "warning")]
+    assert "install sentence-transformers==6.2.0" in found[0].fix
+
+
+def test_the_libraries_tested_releases_are_the_pins():
+    """requirements/test.txt installs exactly the releases support.py calls tested."""
+    import re
+    from pathlib import Path
+
+    from hpu_plugin.hosts import support as s
+
+    pins = Path(__file__).resolve().parents[2] / "requirements" / "test.txt"
+    text = pins.read_text(encoding="utf-8")
+    for name, tested in s.LIBRARIES_TESTED.items():
+        found = re.search(rf"^{re.escape(name)}==(\S+)", text, re.MULTILINE)
+        assert found is not None and found.group(1) == tested[-1], name
