@@ -87,7 +87,7 @@ def test_no_gaudi_json():
     assert info["gaudi"] is False and info["available"] is False
     assert info["versions"]["gaudi_software"] is None
     assert info["versions"]["torch"].startswith("2.")
-    assert info["hooks"]["hpu_ddp_backend"] == ["ddp"]
+    assert info["hooks"]["hpu_ddp_backend"] == ["gpu_migration", "ddp"]
     devices = json.loads(run("devices", "--json", env=env).stdout)
     assert devices["devices"] == [] and "No Gaudi here" in devices["message"]
     plugins = json.loads(run("plugins", "--json", env=env).stdout)
