@@ -233,3 +233,29 @@ def test_what_the_bridge_refuses_is_refused_with_its_message(run):
     assert "'CPU' backend" in lines["REFUSED cpu tensors"]
     assert lines["REFUSED bad padding side"].endswith(
         "sdpa_fwd: seq_padding_type must be 'left' or 'right', got 'middle'")
+
+
+GENERATOR = r"""
+import torch
+from habana_frameworks.torch.hpex.kernels import FusedSDPA
+
+q, k, v = (torch.randn(1, 2, 8, 16, device="hpu") for _ in range(3))
+for p in (0.0, 0.1):
+    for recompute in (True, False):
+        torch.manual_seed(7)
+        expected = torch.rand(4, device="hpu")
+        torch.manual_seed(7)
+        FusedSDPA.apply(q, k, v, None, p, True, None, "None", recompute)
+        drawn = not torch.equal(torch.rand(4, device="hpu"), expected)
+        print(f"p={p} recompute={recompute} draws={drawn}")
+"""
+
+
+def test_without_dropout_the_kernel_draws_no_random_numbers(run):
+    """As the bridge's sdpa_recomp_fwd: a dropout seed is taken from the device generator only
+    when p > 0, so generate() with do_sample and a seed gives the unfused path's tokens."""
+    lines = [line for line in run(GENERATOR).stdout.splitlines() if line.startswith("p=")]
+    assert lines == [
+        "p=0.0 recompute=True draws=False", "p=0.0 recompute=False draws=False",
+        "p=0.1 recompute=True draws=True", "p=0.1 recompute=False draws=True",
+    ]

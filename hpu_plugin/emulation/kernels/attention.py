@@ -176,8 +176,14 @@ def sdpa_recomp_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _check(q, k, v, p, softmax_mode, seq_padding_type, "sdpa_recomp_fwd")
     probs, m, linv = _forward(q, k, v, attention_mask, scale, is_causal, valid_seq_len,
                               seq_padding_type)
-    seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32, device=q.device)
-    dm = _dropout_mask(probs.shape, p, q.device, _seeded(seed)) if p > 0.0 else None
+    # As the bridge (eager_custom_op_register.cpp, sdpa_recomp_fwd): a seed is drawn from the
+    # device's generator only when there is dropout, so p == 0 leaves sampling with a seed
+    # (generate) where the unfused attention leaves it.
+    if p > 0.0:
+        seed = torch.randint(0, 2**31 - 1, (1,), dtype=torch.int32, device=q.device)
+        dm = _dropout_mask(probs.shape, p, q.device, _seeded(seed))
+    else:
+        seed, dm = torch.zeros(1, dtype=torch.int32, device=q.device), None
     out = torch.matmul(_apply_dropout(probs, dm, p), v.float()).to(q.dtype)
     if not requires_backward:
         one = torch.zeros(1, dtype=q.dtype, device=q.device)
