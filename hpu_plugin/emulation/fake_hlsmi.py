@@ -33,7 +33,7 @@ BUILT = "Jan 01 2025 - 00:00:00"
 MIB = 1024 * 1024
 
 
-def _fields(srv: _config.Server, index: int) -> dict[str, str]:
+def device_fields(srv: _config.Server, index: int) -> dict[str, str]:
     module = srv.modules[index]
     total = srv.memory // MIB
     return {
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     indices = srv.container_indices
     if args.query:
         names = [name.strip() for name in args.query.split(",") if name.strip()]
-        known = _fields(srv, 0)
+        known = device_fields(srv, 0)
         unknown = [name for name in names if name not in known]
         if unknown:
             print(f'hl-smi: field "{unknown[0]}" is not a valid field to query', file=sys.stderr)
@@ -82,11 +82,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "csv" not in formats:
             print("hl-smi: only -f csv is supported by the emulator", file=sys.stderr)
             return 2
-        rows = [_fields(srv, index) for index in indices]
+        rows = [device_fields(srv, index) for index in indices]
         sys.stdout.write(format_csv(rows, names, header="noheader" not in formats))
         return 0
     for index in indices:
-        fields = _fields(srv, index)
+        fields = device_fields(srv, index)
         print(f"AIP ({fields['name']}) {index}: module_id {fields['module_id']}, "
               f"bus_id {fields['bus_id']}, memory {fields['memory.total']}")
     return 0

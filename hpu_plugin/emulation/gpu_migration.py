@@ -20,6 +20,8 @@ What it maps follows Intel's table (Gaudi docs, "GPU Migration Toolkit APIs"), c
   record), ``empty_cache``/``ipc_collect`` do nothing, ``pin_memory=True`` is dropped.
 - ``hpu_mismatch``: ``torch.nn.DataParallel``, CUDA graphs: ``NotImplementedError`` naming
   the replacement.
+- ``pynvml``: mapped to the emulated devices (``hpu_plugin.emulation.nvml``), as the toolkit
+  maps it to ``pyhlml``.
 
 Every mapped call pays one Python frame (``Tensor.to``, the factories): the cost the real
 toolkit has too, and only while it is on. ``bench/gpu_migration_overhead.py`` measures it.
@@ -414,3 +416,6 @@ def activate() -> None:
     _compile()
     _load()
     _device_context()
+    from hpu_plugin.emulation import nvml
+
+    nvml.install(patches)

@@ -144,3 +144,106 @@ def test_a_script_that_imports_the_toolkit_itself(tmp_path):
     """
     env = emulated_env(tmp_path, PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION="1")
     assert run(script, env).stdout.split() == ["True", "hpu", "torch.bfloat16", "torch.bfloat16"]
+
+
+NVML = """
+import json, torch
+import pynvml
+out = {}
+def refused(call, *args):
+    try:
+        call(*args)
+    except pynvml.NVMLError as exc:  # what NVML code catches
+        return [type(exc).__name__, exc.value, str(exc)]
+    return "accepted"
+
+out["nvidia_module"] = getattr(pynvml, "__file__", None) is not None
+pynvml.nvmlInit()
+out["count"] = pynvml.nvmlDeviceGetCount()
+handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(out["count"])]
+out["names"] = [pynvml.nvmlDeviceGetName(h).decode() for h in handles]
+uuid = pynvml.nvmlDeviceGetUUID(handles[1])
+out["by_uuid"] = pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByUUID(uuid))
+before = pynvml.nvmlDeviceGetMemoryInfo(handles[0])
+x = torch.ones(1024, 1024, device="cuda")  # 4 MiB on this process's device
+after = pynvml.nvmlDeviceGetMemoryInfo(handles[0])
+other = pynvml.nvmlDeviceGetMemoryInfo(handles[1])
+free, total = torch.cuda.mem_get_info()
+out["memory"] = {
+    "total_is_the_limit": after.total == total == other.total,
+    "used_grew_by_the_tensor": after.used - before.used >= x.numel() * 4,
+    "free": after.free == after.total - after.used == free,
+    "other_device_untouched": other.used == 0,
+}
+out["driver_version"] = refused(pynvml.nvmlSystemGetDriverVersion)
+out["temperature"] = refused(pynvml.nvmlDeviceGetTemperature, handles[0], 0)
+out["bad_index"] = refused(pynvml.nvmlDeviceGetHandleByIndex, 2)
+pynvml.nvmlShutdown()
+out["after_shutdown"] = refused(pynvml.nvmlDeviceGetCount)
+print(json.dumps(out))
+"""
+
+#: NVIDIA's pynvml as far as the toolkit touches it (its ``NVMLError`` maps a return code to
+#: a subclass; without an NVIDIA driver every call fails): stands for nvidia-ml-py, which
+#: the test environment does not install.
+NVIDIA_PYNVML = """
+NVML_ERROR_UNINITIALIZED = 1
+class NVMLError(Exception):
+    def __new__(typ, value):
+        obj = Exception.__new__(typ)
+        obj.value = value
+        return obj
+    def __str__(self):
+        return "Uninitialized"
+def nvmlInit():
+    raise NVMLError(9)  # NVML_ERROR_DRIVER_NOT_LOADED
+def nvmlDeviceGetCount():
+    raise NVMLError(NVML_ERROR_UNINITIALIZED)
+def nvmlDeviceGetHandleByIndex(index):
+    raise NVMLError(NVML_ERROR_UNINITIALIZED)
+def nvmlSystemGetDriverVersion():
+    raise NVMLError(NVML_ERROR_UNINITIALIZED)
+"""
+
+
+def _nvidia_pynvml(tmp_path) -> dict[str, str]:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "pynvml.py").write_text(NVIDIA_PYNVML)
+    return {"PYTHONPATH": str(tmp_path / "site")}
+
+
+@pytest.mark.parametrize("nvidia_pynvml", ["not installed", "installed"])
+def test_pynvml_answers_with_the_emulated_gaudi(tmp_path, nvidia_pynvml):
+    """The toolkit maps pynvml to pyhlml: NVML code counts and measures the Gaudi devices;
+    what it does not map, or the emulator cannot read, fails naming the call."""
+    extra = _nvidia_pynvml(tmp_path) if nvidia_pynvml == "installed" else {}
+    out = json.loads(run(NVML, migrated_env(tmp_path, devices=2, **extra)).stdout
+                     .strip().splitlines()[-1])
+    refusals = {k: out.pop(k) for k in ("driver_version", "temperature", "bad_index",
+                                        "after_shutdown")}
+    assert out.pop("nvidia_module") == (nvidia_pynvml == "installed")  # patched in place
+    assert out == {
+        "count": 2, "names": ["HL-225", "HL-225"], "by_uuid": 1,  # Gaudi2's product name
+        "memory": {"total_is_the_limit": True, "used_grew_by_the_tensor": True, "free": True,
+                   "other_device_untouched": True},
+    }
+    name, code, message = refusals["driver_version"]
+    assert (name, code) == ("NotOnTheEmulator", 3)  # NVML_ERROR_NOT_SUPPORTED
+    assert "pynvml.nvmlSystemGetDriverVersion is not mapped by the GPU Migration Toolkit" in message
+    assert "pynvml.nvmlDeviceGetTemperature is mapped to pyhlml" in refusals["temperature"][2]
+    assert refusals["bad_index"][1:] == [2, "Invalid Argument: device index 2; this server "
+                                            "has 2 (0..1)"]
+    assert refusals["after_shutdown"][1] == 1  # NVML_ERROR_UNINITIALIZED
+
+
+def test_without_the_opt_in_pynvml_is_left_alone(tmp_path):
+    """NVIDIA's, where installed, stays NVIDIA's (torch imports it too): no driver here."""
+    script = """
+    import torch, pynvml
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        print(pynvml.nvmlInit.__module__, hasattr(pynvml, "NotOnTheEmulator"), exc.value)
+    """
+    done = run(script, emulated_env(tmp_path, **_nvidia_pynvml(tmp_path)))
+    assert done.stdout.split() == ["pynvml", "False", "9"]  # NVML_ERROR_DRIVER_NOT_LOADED
