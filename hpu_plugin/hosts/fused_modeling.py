@@ -142,8 +142,11 @@ def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     Bound to the norm instance, so a deep copy of the model is bound to its own copy."""
     import torch
 
+    # _compiling() first: dynamo would otherwise trace into the cached kernel look-up
+    if hidden_states.device.type != DEVICE_TYPE or _compiling():
+        return type(self).forward(self, hidden_states)
     weight, fused = self.weight, _fused_rms_norm()
-    if hidden_states.device.type != DEVICE_TYPE or fused is None or _compiling():
+    if fused is None:
         return type(self).forward(self, hidden_states)
     if hidden_states.dtype == weight.dtype == torch.float32:
         return fused.apply(hidden_states, weight, self.variance_epsilon)
