@@ -169,13 +169,14 @@ def hpu_ddp_backend(device_type, world_size):
     registry = _registry(site.entry_points())
     record = registry.records["badarg"]
     assert record.status == "failed" and "world_size" in record.reason
-    assert registry.call_order("hpu_ddp_backend") == ["ddp"]
+    assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp"]
 
 
 def test_every_deciding_spec_declares_a_checked_type():
     assert set(RESULT_TYPES) == {
         "hpu_device_available", "hpu_device_properties", "hpu_compile_backend",
         "hpu_ddp_backend", "hpu_quantization_device_map", "hpu_shape_buckets", "hpu_job_facts",
+        "hpu_fast_path",
     }
 
 

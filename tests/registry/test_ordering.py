@@ -29,7 +29,7 @@ def test_first_party_wins_a_tie_whatever_the_entry_point_order(site):
     for order in (eps, list(reversed(eps))):
         registry = _registry(order)
         assert registry.ddp_backend(None, "hpu") == "hccl"
-        assert registry.call_order("hpu_ddp_backend") == ["ddp", "plain"]
+        assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp", "plain"]
 
 
 def test_third_party_with_tryfirst_takes_precedence(site):
@@ -37,7 +37,8 @@ def test_third_party_with_tryfirst_takes_precedence(site):
     registry = _registry(site.entry_points())
     assert registry.ddp_backend(None, "hpu") == "gloo"
     assert registry.call_order_detail("hpu_ddp_backend") == [
-        ("first", "tryfirst"), ("ddp", "plain")
+        # gpu_migration's tryfirst answers only for nccl under the loaded toolkit
+        ("gpu_migration", "tryfirst"), ("first", "tryfirst"), ("ddp", "plain")
     ]
 
 
@@ -60,7 +61,7 @@ def test_third_parties_among_equals_are_asked_in_name_order(site):
     site.add("alpha", source.format(answer="alpha-backend"))
     for order in (site.entry_points(), list(reversed(site.entry_points()))):
         registry = _registry(order)
-        assert registry.call_order("hpu_ddp_backend") == ["ddp", "alpha", "beta"]
+        assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp", "alpha", "beta"]
         assert registry.ddp_backend(None, "other") == "alpha-backend"
 
 
@@ -205,7 +206,7 @@ def test_first_party_is_decided_by_distribution_not_module_name(site):
     assert registry.records["sneaky"].first_party is False
     assert registry.records["ddp"].first_party is True
     # the same module under two names: loaded once, under the first-party name
-    assert registry.call_order("hpu_ddp_backend") == ["ddp"]
+    assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp"]
     assert "the same plugin as 'ddp'" in registry.records["sneaky"].reason
 
 
@@ -239,6 +240,6 @@ def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
     """)
     registry = _registry(site.entry_points())
     assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
-    assert registry.call_order("hpu_ddp_backend") == ["renamed", "ddp"]
+    assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "renamed", "ddp"]
     assert registry.ddp_backend(None, "hpu") == "hccl"
     assert "does not allow" in registry.records["renamed"].reason

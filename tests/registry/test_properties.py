@@ -57,8 +57,10 @@ def test_call_order_is_first_party_then_names_ascending_whatever_the_discovery_o
     shared_plugin, names, data
 ):
     third = [metadata.EntryPoint(name, f"{shared_plugin}:Plugin", "hpu_plugin") for name in names
-             if name not in {"device", "compile", "ddp", "quantization"}]
+             if name not in {"device", "compile", "ddp", "quantization", "shapes", "fast_paths",
+                                  "gpu_migration"}]
     found = data.draw(st.permutations([*FIRST_PARTY, *third]))
     registry = Registry(Selection())
     registry.load_entry_points(found)
-    assert registry.call_order("hpu_ddp_backend") == ["ddp", *sorted(ep.name for ep in third)]
+    assert registry.call_order("hpu_ddp_backend") == [
+        "gpu_migration", "ddp", *sorted(ep.name for ep in third)]
