@@ -85,7 +85,8 @@ def _fits(query: Any, key: Any, value: Any, attention_mask: Any, dropout: float,
         dtypes.add(attention_mask.dtype)
     if len(dtypes) != 1:
         return False
-    return all(kwargs.get(k) in (None, False) for k in UNFUSED_KWARGS)
+    # identity, not ==: T5 passes position_bias as a tensor
+    return all(kwargs.get(k) is None or kwargs.get(k) is False for k in UNFUSED_KWARGS)
 
 
 def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -21,7 +21,8 @@ def _json(tmp_path, *args: str, **env: str) -> dict:
 
 
 def test_info_says_the_toolkit_is_loaded_and_nccl_runs_as_hccl(tmp_path):
-    info = _json(tmp_path, "info")
+    # first-party plugins only: the e2e tests' own third-party plugin is installed for the session
+    info = _json(tmp_path, "info", HPU_PLUGIN_NO_THIRD_PARTY="1")
     assert info["gpu_migration"] == "loaded"
     assert info["decisions"]["hpu_ddp_backend('nccl')"] == "'hccl'"
     assert "torch.cuda.is_available" in info["patched"]["gpu_migration"]

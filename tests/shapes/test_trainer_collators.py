@@ -121,7 +121,10 @@ def _result(output: str) -> dict:
 @pytest.mark.e2e
 @pytest.mark.parametrize("case", ["with_padding", "mlm", "causal_lm", "seq2seq", "prepadded"])
 def test_collator_batches_land_on_buckets_with_the_unpadded_loss(run, case):
-    out = _result(run(SCRIPT.replace("CASE_NAME", case)))
+    # the batches of rows of similar length (on by default with buckets) change which rows
+    # share a step: off here, so the two runs see the same rows and only padding differs
+    # (tests/shapes/test_trainer.py tests the grouping itself)
+    out = _result(run(SCRIPT.replace("CASE_NAME", case), {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
     compiled, plain = out["compiled"], out["plain"]
     assert compiled["wrapped"] == "BucketingCollator", compiled["wrapped"]
     assert plain["wrapped"] != "BucketingCollator"
