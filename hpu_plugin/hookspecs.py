@@ -267,14 +267,14 @@ def hpu_fast_path(name: str, device_type: str, context: Mapping[str, Any]) -> bo
     ``"fused_optimizer"`` (AdamW/SGD stepped by the fused optimizer kernel),
     ``"fused_clip_norm"`` (gradient clipping by the fused clip-norm kernel),
     ``"fused_sdpa"`` and ``"fused_rms_norm"`` (a Transformers model's attention and RMSNorm
-    layers by the fused kernels) and ``"hpu_graphs"`` (eager inference replayed from HPU
-    graphs);
+    layers by the fused kernels) and ``"inference_graphs"`` (the decoding steps of an eager
+    model's ``generate()`` run as graphs);
     ``context`` holds plain facts of the case (``"optimizer"``: its class name, ``"model"``:
     the model type, ...). ``True`` takes the fast path, ``False`` keeps the ordinary one,
     ``None`` is no opinion (ordinary path when nobody has one). The hosts take a fast path
     only where it gives the ordinary path's results; an answer of ``True`` cannot force one
     where the host found it does not fit (a compiled or training model for HPU graphs, an
     optimizer option the kernel lacks). The first-party ``fast_paths`` plugin answers from
-    ``HPU_PLUGIN_FAST_PATHS`` and ``HPU_PLUGIN_FAST_<NAME>``; a third party that brings its
+    ``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>``; a third party that brings its
     own kernel returns ``False`` from a ``tryfirst`` implementation and installs it.
     """

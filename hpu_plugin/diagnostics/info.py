@@ -78,6 +78,10 @@ def _present(needs: str) -> bool:
             import torch
 
             return hasattr(torch.ops.hpu, name)
+        if module == "torch.compile":
+            import torch._dynamo
+
+            return name in torch._dynamo.list_backends(exclude_tags=())
         return hasattr(importlib.import_module(module), name)
     except Exception:
         return False

@@ -8,11 +8,15 @@ defragmentations): these are the emulator's, read with :func:`snapshot` and noth
 
 Counted where it costs one relaxed atomic add (the C++ runtime): every op the zero-copy
 fallback runs (an eager op), device-to-device copies, host-to-device and device-to-host
-copies, and scalar reads (``.item()``, ``bool(t)``). A graph replay or a fused kernel is one
-launch: Python wraps it in :func:`launch`, which counts it by kind and marks the ops it runs
-as its inner work, so they are not counted as launches again.
+copies, and scalar reads (``.item()``, ``bool(t)``). A graph replay, a run of a graph that
+``hpu_backend`` compiled (one recipe: eager mode's graphs) or a fused kernel is one launch:
+Python wraps it in :func:`launch`, which counts it by kind and marks the ops it runs as its
+inner work, so they are not counted as launches again. Ops outside a compiled graph (at a
+graph break, or a part dynamo does not trace) stay eager ops, one launch each. The emulator
+has no list of the ops Gaudi runs on its CPU fallback, so none inside a graph is split off
+as Gaudi's partitioner would (each such op would be a launch of its own there).
 
-- ``launches``: ``eager_ops + copies_d2d + graph_replays + fused_kernels`` (+ other kinds);
+- ``launches``: ``eager_ops + copies_d2d + graph_replays + compiled_graphs + fused_kernels``;
 - ``syncs``: the points where the host waits for the device: copies to the host, scalar
   reads and ``torch.hpu.synchronize()``.
 """
@@ -33,10 +37,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: Launch kinds counted in Python (the C++ runtime counts eager ops and copies).
 GRAPH_REPLAY = "graph_replays"
 FUSED_KERNEL = "fused_kernels"
+#: A run of a graph ``hpu_backend`` compiled (one recipe launch; eager mode's graphs).
+COMPILED_GRAPH = "compiled_graphs"
 
 _lock = threading.Lock()
 _depth = threading.local()
-_python: dict[str, int] = {GRAPH_REPLAY: 0, FUSED_KERNEL: 0, "synchronize_calls": 0}
+_python: dict[str, int] = {GRAPH_REPLAY: 0, FUSED_KERNEL: 0, COMPILED_GRAPH: 0,
+                           "synchronize_calls": 0}
 _base: dict[str, int] = {}
 
 
@@ -112,16 +119,21 @@ def counted(kind: str) -> Callable[[F], F]:
 
 def count_kernels() -> None:
     """Make each of the emulator's Gaudi kernels (``kernels/``: what ``torch.ops.hpu.*`` and
-    the hpex classes run) one fused-kernel launch, and each HPU graph replay one graph
-    launch. Called before the kernels are registered, so the registration takes the counted
-    functions; their modules are left as written."""
-    from hpu_plugin.emulation import graphs, kernels
+    the hpex classes run) one fused-kernel launch, each HPU graph replay one graph launch,
+    and each run of a graph ``hpu_backend`` compiled one compiled-graph launch. Called
+    before the kernels are registered, so the registration takes the counted functions;
+    their modules are left as written."""
+    from hpu_plugin.emulation import graphs, kernels, recipes
 
     replay = vars(graphs.HPUGraph).get("_replay")
     if replay is not None and not getattr(replay, "_counted", False):
         counted_replay = counted(GRAPH_REPLAY)(replay)
         counted_replay._counted = True  # type: ignore[attr-defined]
         graphs.HPUGraph._replay = counted_replay  # type: ignore[method-assign]
+    if not getattr(recipes.run_compiled, "_counted", False):
+        counted_run = counted(COMPILED_GRAPH)(recipes.run_compiled)
+        counted_run._counted = True  # type: ignore[attr-defined]
+        recipes.run_compiled = counted_run
 
     functions = {id(kernel) for _, kernel, _ in kernels._ops()}
     families = [module for module in vars(kernels).values() if isinstance(module, ModuleType)

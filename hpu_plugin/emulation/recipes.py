@@ -161,6 +161,11 @@ def _as_traced(graph: torch.fx.GraphModule) -> None:
         graph.recompile()
 
 
+def run_compiled(compiled: Callable[..., Any], args: list[Any], boxed: bool) -> Any:
+    """One run of a compiled graph: one recipe launch on Gaudi (``counters`` counts it so)."""
+    return compiled(args) if boxed else compiled(*args)
+
+
 def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
     """Wrap an AOT-autograd compiler (forward or backward) so that every run of what it
     compiled goes through the recipe cache."""
@@ -178,9 +183,9 @@ def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
             recipe_id = f"{kind}_{recipe}"
             if not new:
                 metrics.dispatcher.publish(metrics.CACHE_HIT, {"recipe_id": recipe_id})
-                return compiled(args) if boxed else compiled(*args)
+                return run_compiled(compiled, args, boxed)
             started = time.perf_counter_ns()
-            out = compiled(args) if boxed else compiled(*args)
+            out = run_compiled(compiled, args, boxed)
             duration = max(1, (time.perf_counter_ns() - started) // 1000)
             metrics.dispatcher.publish(metrics.CACHE_MISS, {"recipe_id": recipe_id})
             metrics.dispatcher.publish(

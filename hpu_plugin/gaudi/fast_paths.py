@@ -18,11 +18,14 @@ class FastPath:
     replaces: str  # what the ordinary path is
     by: str  # the Gaudi kernel or mechanism
     lost_when_off: str  # what a user gives up by turning it off
-    needs: str  # the bridge name it calls: ``module:attribute`` (``hpu`` ops: ``torch.ops.hpu:``)
+    #: the bridge name it calls: ``module:attribute`` (``hpu`` ops: ``torch.ops.hpu:``, a
+    #: ``torch.compile`` backend: ``torch.compile:name``)
+    needs: str
+    switch: str = ""  # its setting's suffix, where not the name without ``fused_``
 
     @property
     def setting(self) -> str:
-        return f"{SWITCH}_" + self.name.upper().removeprefix("FUSED_")
+        return f"{SWITCH}_" + (self.switch or self.name.upper().removeprefix("FUSED_"))
 
 
 #: The switch of every fast path at once (``0`` turns them all off).
@@ -45,6 +48,15 @@ FAST_PATHS: tuple[FastPath, ...] = (
     FastPath("fused_rms_norm", "a Transformers model's RMSNorm layers",
              "hpex FusedRMSNorm", "one launch per norm instead of five or six",
              "habana_frameworks.torch.hpex.normalization:FusedRMSNorm"),
+    FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
+             "is not compiled", "graphs, one per shape bucket: torch.compile with hpu_backend "
+             "in eager mode, HPU graphs (wrap_in_hpu_graph) in lazy mode",
+             "one launch per decoding step's forward instead of one per op",
+             "torch.compile:hpu_backend", switch="GRAPHS"),
 )
+
+#: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).
+GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
+GRAPHS_MAX_DEFAULT = 8
 
 BY_NAME: dict[str, FastPath] = {path.name: path for path in FAST_PATHS}

@@ -9,7 +9,9 @@ or ``SGD`` (also with ``fused=True``, torch's fused kernel, which Gaudi lacks) w
 kernels have, on ``hpu`` parameters, its ``step`` runs the
 kernel on the optimizer's own state (torch's layout: ``step``, ``exp_avg``, ``exp_avg_sq``,
 ``momentum_buffer``), so schedulers, ``state_dict`` and checkpoints stay torch's. Any other
-class (a subclass, Adafactor, bitsandbytes 8-bit, ...) or option keeps torch's step.
+class (a subclass, Adafactor, bitsandbytes 8-bit, ...) or option keeps torch's step. Under a
+gradient scaler (fp16) Accelerate restores the step it saw at its ``__init__`` after every
+scaled step, so it is handed the fused one (``keep_under_scaler``).
 
 The arithmetic is torch's: the kernel computes ``w*(1-lr*wd) - lr*sqrt(bc2)/bc1 *
 m/(sqrt(v)+eps')``, and ``eps' = eps*sqrt(bc2)`` makes that torch's ``w*(1-lr*wd) -
@@ -27,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.patching import Patches, is_ours, original_of, ours
+from hpu_plugin.patching import Patches, is_ours, original_of, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -153,6 +155,29 @@ def sgd_step(optimizer: Any) -> None:
 STEPS: dict[str, Callable[[Any], None]] = {"adamw": adamw_step, "sgd": sgd_step}
 
 
+def amp_scaled(optimizer: Any) -> bool:
+    """A gradient scaler's part of the step, as torch's fused AdamW does it: whether to step.
+
+    For an optimizer that scales itself (torch's ``fused=True`` has
+    ``_step_supports_amp_scaling``), ``GradScaler.step`` leaves ``found_inf`` (and, where the
+    gradients were not unscaled yet, ``grad_scale``) on it instead of unscaling: the step is
+    skipped when a gradient was not finite, else the gradients are divided by the scale
+    first. The scaler reads ``found_inf`` on the host for other optimizers too.
+    """
+    import torch
+
+    found_inf = vars(optimizer).get("found_inf")
+    if found_inf is not None and float(found_inf) != 0.0:
+        return False
+    grad_scale = vars(optimizer).get("grad_scale")
+    if grad_scale is not None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]
+                 if p.grad is not None]
+        if grads:
+            torch._foreach_div_(grads, grad_scale.to(grads[0].device))
+    return True
+
+
 def fuse(registry: Registry, optimizer: Any) -> bool:
     """Make ``optimizer.step`` the fused kernel where it fits and the hook agrees."""
     if is_ours(vars(optimizer).get("step")):
@@ -172,7 +197,8 @@ def fuse(registry: Registry, optimizer: Any) -> bool:
             with torch.enable_grad():
                 loss = closure()
         with torch.no_grad():
-            fused(self)
+            if amp_scaled(self):
+                fused(self)
         return loss
 
     # torch's own wrapper of every optimizer step: step hooks, profiler range, step counter
@@ -220,16 +246,31 @@ def install_optimizer(registry: Registry, patches: Patches, module: types.Module
     if original is None:
         return
 
+    patch_step = getattr(module, "patch_optimizer_step", None)
+
     @functools.wraps(original)
     def __init__(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         original(self, optimizer, *args, **kwargs)
         try:
-            fuse(registry, self.optimizer)
+            if fuse(registry, self.optimizer) and getattr(self, "scaler", None) is not None:
+                keep_under_scaler(self, patch_step)
         except Exception as exc:  # a fast path: never break the user's optimizer
             say_once("fused-optimizer-failed", logging.WARNING,
                      "hpu_plugin: the fused optimizer is off: %r", exc)
 
     patches.set(cls, "__init__", ours(__init__))
+
+
+def keep_under_scaler(accelerated: Any, patch_step: Callable[..., Any] | None) -> None:
+    """With a gradient scaler (fp16), Accelerate keeps the step it found at its ``__init__``
+    (before the fused one was set) and puts it back after every scaled step: it is told
+    the fused one instead. Where its names moved, torch's step is left to it."""
+    if patch_step is None or not hasattr(accelerated, "_optimizer_original_step_method"):
+        stay_out(HOST, ADAPTER, "AcceleratedOptimizer._optimizer_original_step_method")
+        return
+    accelerated._optimizer_original_step_method = accelerated.optimizer.step
+    accelerated._optimizer_patched_step_method = patch_step(accelerated,
+                                                            accelerated.optimizer.step)
 
 
 def install_clip(registry: Registry, patches: Patches, module: types.ModuleType) -> None:

@@ -31,6 +31,7 @@ from typing import Any
 
 from hpu_plugin import importhook
 from hpu_plugin.gaudi.shapes import bucket_for
+from hpu_plugin.hosts import inference_graphs
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -290,17 +291,22 @@ def _fix(why: str, what: str) -> str:
 
 def _bucketed_generate(
     registry: Registry, original: Callable[..., Any], model: Any, inputs: Any,
-    kwargs: dict[str, Any],
+    kwargs: dict[str, Any], graphs: bool = False,
 ) -> tuple[Any, str | None]:
-    """Run ``generate()`` padded to buckets; else unpadded, with the reason."""
+    """Run ``generate()`` padded to buckets; else unpadded, with the reason. With ``graphs``
+    (an uncompiled model: ``inference_graphs``) Transformers compiles its decoding steps."""
     prompt = _prompt_and_mask(model, inputs, kwargs)
     plan = prompt if isinstance(prompt, str) else plan_generate(registry, model, prompt[0], kwargs)
     if isinstance(plan, str) or isinstance(prompt, str):
         return original(model, inputs, **kwargs), plan if isinstance(plan, str) else prompt
+    extra = inference_graphs.compile_kwargs(model, plan.batch_to, plan.cache) if graphs else {}
+    if extra is None:
+        return original(model, inputs, **kwargs), "the model's graph budget is spent"
     input_ids, mask = pad_prompt(plan, *prompt, _pad_token(model, kwargs))
     call = {k: v for k, v in kwargs.items()
             if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
-    call.update(attention_mask=mask, max_new_tokens=plan.new_tokens, cache_implementation="static")
+    call.update(attention_mask=mask, max_new_tokens=plan.new_tokens, cache_implementation="static",
+                **extra)
     token = _cache_length.set(plan.cache)
     try:
         with static_graphs():
@@ -317,8 +323,12 @@ def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[
     @functools.wraps(original)
     def generate(self: Any, inputs: Any = None, *args: Any, **kwargs: Any) -> Any:
         device = getattr(self, "device", None)
-        if args or getattr(device, "type", None) != DEVICE_TYPE or not is_compiled(self):
+        if args or getattr(device, "type", None) != DEVICE_TYPE:
             return original(self, inputs, *args, **kwargs)
+        if not is_compiled(self):
+            if not inference_graphs.wanted(registry, self, kwargs):
+                return original(self, inputs, *args, **kwargs)
+            return _bucketed_generate(registry, original, self, inputs, kwargs, graphs=True)[0]
         before = compilations()
         result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
         if why is not None:

@@ -173,3 +173,58 @@ def test_fused_optimizers_and_clip_norm_match_torch_and_keep_its_state(run):
         assert all(abs(a - b) <= 1e-5 * max(1.0, b) for a, b in zip(on, off, strict=True))
         assert r["state"][0] == r["state"][1], (name, r["state"])  # torch's state layout
         assert r["launches"][1] < r["launches"][0], (name, r["launches"])
+
+
+FP16 = r"""
+import json, os
+import torch
+from accelerate import Accelerator
+from hpu_plugin.emulation import counters
+
+def run(fused, fast):
+    os.environ["HPU_PLUGIN_FAST"] = fast
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    model.to("hpu")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, weight_decay=0.1, fused=fused)
+    accelerator = Accelerator(mixed_precision="fp16")
+    model, optimizer = accelerator.prepare(model, optimizer)
+    kernels, skipped = [], []
+    for step in range(6):
+        x = torch.randn(5, 8).to("hpu")
+        if step == 3:
+            x[0, 0] = float("inf")  # a non-finite gradient: the scaler skips this step
+        with accelerator.autocast():
+            loss = model(x).float().pow(2).mean() * 10
+        accelerator.backward(loss)
+        if step % 2:
+            accelerator.clip_grad_norm_(model.parameters(), 0.5)  # unscales first
+        counters.reset()
+        optimizer.step()
+        kernels.append(counters.snapshot()["fused_kernels"])
+        skipped.append(optimizer.step_was_skipped)
+        optimizer.zero_grad()
+    return [p.detach().cpu().flatten().tolist() for p in model.parameters()], kernels, skipped
+
+out = {}
+for fused in (False, True):
+    off, on = run(fused, "0"), run(fused, "1")
+    diff = max(abs(a - b) for x, y in zip(off[0], on[0]) for a, b in zip(x, y))
+    out[str(fused)] = {"diff": diff, "kernels": [off[1], on[1]], "skipped": [off[2], on[2]]}
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.mark.e2e
+def test_fused_optimizer_under_fp16_with_a_gradient_scaler(run):
+    out = run(FP16).stdout
+    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line[len("RESULT"):])
+    for fused, r in result.items():  # torch's fused=True scales itself; fused=False does not
+        assert r["diff"] < 1e-5, (fused, r)
+        off, on = r["kernels"]
+        assert not any(off), (fused, off)
+        # one kernel per step the scaler lets through (the first scale overflows, and the
+        # step with an infinite input is skipped), also after the first scaled step
+        assert on == [0, 1, 1, 0, 1, 1], (fused, on)
+        assert r["skipped"][0] == r["skipped"][1], (fused, r["skipped"])

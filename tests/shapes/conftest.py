@@ -21,8 +21,11 @@ _SCRUB_PREFIXES = ("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_")
 def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k == "HPU_PLUGIN_CACHE_DIR" or not k.startswith(_SCRUB_PREFIXES)}
+    # the uncompiled twin ``ref`` is the eager reference: no graphs of its own
+    # (inference_graphs), which would also add to the compilations these tests count
     env.update(HPU_PLUGIN_EMULATE="1", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error")
+               TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error",
+               HPU_PLUGIN_FAST_GRAPHS="0")
     env.update(extra or {})
     return env
 

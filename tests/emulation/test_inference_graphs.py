@@ -1,0 +1,116 @@
+"""Eager ``generate()`` and ``pipeline()`` decoded by graphs (the ``inference_graphs`` fast
+path) on the emulated Gaudi: the same greedy tokens as without, far fewer launches, and the
+user's own choices (compilation, cache, training mode) and the graph budget respected."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SCRIPT = r"""
+import json, logging, os
+import torch
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, pipeline)
+from transformers.generation.configuration_utils import CompileConfig
+from tokenizers import Tokenizer, models, pre_tokenizers
+from hpu_plugin.emulation import counters
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+             pad_token_id=0, bos_token_id=1, eos_token_id=2)
+MODELS = {
+    "llama": lambda: LlamaForCausalLM(LlamaConfig(**SIZES)),
+    "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(**SIZES)),
+    "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4,
+                                               n_positions=64, pad_token_id=0, eos_token_id=2)),
+}
+IDS = torch.tensor([[0, 0, 0, 5, 9, 14, 27], [4, 8, 15, 16, 23, 42, 7]])
+
+def generate(model, graphs, **kw):
+    os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
+    ids = IDS.to("hpu")
+    counters.reset()
+    out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=8,
+                         do_sample=False, **kw)
+    return out.cpu().tolist(), counters.snapshot()
+
+result = {}
+for name, make in MODELS.items():
+    torch.manual_seed(0)
+    model = make().to("hpu").eval()
+    off, off_counts = generate(model, "0")
+    on, on_counts = generate(model, "1")
+    result[name] = {"same": on == off, "off": off_counts, "on": on_counts}
+
+# the pipeline of a model in eval mode (what pipeline() makes of it)
+vocab = {f"w{i}": i for i in range(96)}
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="w3"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="w0", eos_token="w2",
+                                    bos_token="w1", unk_token="w3")
+torch.manual_seed(0)
+# built from a config, so in training mode until eval() (from_pretrained gives eval mode)
+gen = pipeline("text-generation", model=MODELS["llama"]().to("hpu").eval(), tokenizer=tokenizer)
+text = " ".join(f"w{4 + (j * 7) % 90}" for j in range(9))
+texts = {}
+for graphs in ("0", "1"):
+    os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
+    counters.reset()
+    texts[graphs] = gen(text, max_new_tokens=6, do_sample=False)[0]["generated_text"]
+    texts[graphs + "_graphs"] = counters.snapshot()["compiled_graphs"]
+result["pipeline"] = texts
+
+# never taken: a model in training mode, the user's compile_config or disable_compile
+torch.manual_seed(0)
+model = MODELS["llama"]().to("hpu")
+_, train_mode = generate(model.train(), "1")
+model.eval()
+_, disabled = generate(model, "1", disable_compile=True)
+mine = CompileConfig(backend="eager")
+mine._compile_all_devices = True
+_, user_config = generate(model, "1", compile_config=mine, cache_implementation="static")
+result["not_taken"] = {"train": train_mode["compiled_graphs"],
+                       "disable_compile": disabled["compiled_graphs"],
+                       "user_config": user_config["compiled_graphs"]}
+
+# the budget: one graph per model; a second bucket (batch 4) runs eagerly, with a warning
+os.environ["HPU_PLUGIN_GRAPHS_MAX"] = "1"
+torch.manual_seed(0)
+model = MODELS["llama"]().to("hpu").eval()
+_, first = generate(model, "1")
+IDS = torch.cat([IDS, IDS + 1, IDS + 2])
+_, second = generate(model, "1")
+result["budget"] = [first["compiled_graphs"], second["compiled_graphs"]]
+os.environ["HPU_PLUGIN_GRAPHS_MAX"] = "many"
+try:
+    generate(model, "1")
+    result["bad_budget"] = None
+except ValueError as exc:
+    result["bad_budget"] = str(exc)
+print("RESULT" + json.dumps(result))
+"""
+
+
+@pytest.mark.e2e
+def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
+    proc = run(SCRIPT, {"TRANSFORMERS_VERBOSITY": "error"}, timeout=600)
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
+    result = json.loads(line[len("RESULT"):])
+    print({k: (v["on"]["launches"], v["off"]["launches"]) for k, v in result.items()
+           if "on" in v})
+    for name in ("llama", "qwen2", "gpt2"):
+        r = result[name]
+        assert r["same"], name
+        assert r["off"]["compiled_graphs"] == 0, name
+        # the 7 decoding steps after the prefill: one graph run each
+        assert r["on"]["compiled_graphs"] == 7, (name, r["on"])
+        # the prefill and Transformers' loop around each step stay eager (docs/fast-paths.md)
+        assert r["on"]["launches"] < 0.7 * r["off"]["launches"], (name, r)
+    pipe = result["pipeline"]
+    assert pipe["1"] == pipe["0"] and pipe["0_graphs"] == 0 and pipe["1_graphs"] == 5, pipe
+    assert result["not_taken"] == {"train": 0, "disable_compile": 0, "user_config": 0}
+    assert result["budget"] == [7, 0], result["budget"]
+    assert "HPU_PLUGIN_GRAPHS_MAX" in result["bad_budget"], result["bad_budget"]
+    assert "Raise HPU_PLUGIN_GRAPHS_MAX (now 1)" in proc.stderr, proc.stderr[-3000:]
