@@ -49,8 +49,8 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "hpex FusedRMSNorm", "one launch per norm instead of five or six",
              "habana_frameworks.torch.hpex.normalization:FusedRMSNorm"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
-             "is not compiled", "graphs, one per shape bucket: torch.compile with hpu_backend "
-             "in eager mode, HPU graphs (wrap_in_hpu_graph) in lazy mode",
+             "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
+             "with hpu_backend (eager mode only)",
              "one launch per decoding step's forward instead of one per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
 )

@@ -16,7 +16,10 @@ the user chose nothing about compilation or the cache (``compile_config``,
 ``disable_compile``, ``cache_implementation``, a cache object: their choice wins), and where
 the buckets can pad the call without changing its result (``shape_buckets.plan_generate``).
 Each model keeps at most ``HPU_PLUGIN_GRAPHS_MAX`` graphs (one per bucket, default 8);
-a call that would need another runs as before, eagerly, with a warning once.
+a call that would need another runs as before, eagerly, with a warning once. In lazy mode,
+where ``torch.compile`` is not allowed, it stays out: ``wrap_in_hpu_graph`` keys graphs on
+the identity of non-tensor arguments, and ``generate()`` passes the model a new static cache
+object at every call (docs/fast-paths.md, "Not covered").
 """
 
 from __future__ import annotations
