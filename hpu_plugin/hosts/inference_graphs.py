@@ -71,12 +71,25 @@ def _user_chose(model: Any, kwargs: dict[str, Any]) -> bool:
     return False
 
 
+def compilable(model: Any) -> bool:
+    """Transformers' own exceptions to compiling ``generate()`` (``_valid_auto_compile_
+    criteria``): a quantization that cannot be compiled, weights offloaded to CPU or disk.
+    There it would not compile, and padding alone would buy nothing."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None and not getattr(quantizer, "is_compileable", False):
+        return False
+    devices = set(getattr(model, "hf_device_map", {}).values())
+    return not ("disk" in devices or ("cpu" in devices and len(devices) > 1))
+
+
 def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> bool:
     """Whether this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed:
     in eval mode, eager mode, with nothing about compilation chosen, and the hook agreeing."""
     if getattr(model, "training", True) or _lazy() or _user_chose(model, kwargs):
         return False
     if not hasattr(model, "get_compiled_call"):  # Transformers without its own mechanism
+        return False
+    if not compilable(model):
         return False
     model_type = getattr(getattr(model, "config", None), "model_type", "")
     return registry.fast_path(NAME, DEVICE_TYPE, {"model": model_type, "mode": "eager"})

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import functools
 import inspect
 import logging
@@ -289,6 +290,19 @@ def _fix(why: str, what: str) -> str:
             "yourself, or leave that choice to hpu-plugin.")
 
 
+def _generation_settings(call: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` as ``generate()`` arguments, or, where the caller passed a
+    ``generation_config`` (Transformers warns when both come), set on a copy of it."""
+    config = call.get("generation_config")
+    if config is None:
+        return settings
+    config = copy.deepcopy(config)
+    config.max_length = config.min_length = None  # already counted into max_new_tokens
+    for name, value in settings.items():
+        setattr(config, name, value)
+    return {"generation_config": config}
+
+
 def _bucketed_generate(
     registry: Registry, original: Callable[..., Any], model: Any, inputs: Any,
     kwargs: dict[str, Any], graphs: bool = False,
@@ -305,8 +319,9 @@ def _bucketed_generate(
     input_ids, mask = pad_prompt(plan, *prompt, _pad_token(model, kwargs))
     call = {k: v for k, v in kwargs.items()
             if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
-    call.update(attention_mask=mask, max_new_tokens=plan.new_tokens, cache_implementation="static",
-                **extra)
+    call.update(_generation_settings(call, {"max_new_tokens": plan.new_tokens,
+                                            "cache_implementation": "static", **extra}))
+    call["attention_mask"] = mask
     token = _cache_length.set(plan.cache)
     try:
         with static_graphs():
