@@ -26,8 +26,13 @@ fused = counters.snapshot()
 cpu_before = counters.snapshot()
 torch.ones(3) + torch.ones(3)             # CPU work is not the device's
 cpu_after = counters.snapshot()
+graph = torch.compile(lambda t: (t * 2 + 1).relu().sum(dim=0), backend="hpu_backend")
+graph(a)                                  # compiles (a recipe), then runs
+counters.reset()
+graph(a)                                  # one recipe run: one launch
+compiled = counters.snapshot()
 print("RESULT" + json.dumps({"start": start, "eager": eager, "fused": fused,
-      "cpu": [cpu_before["launches"], cpu_after["launches"]]}))
+      "cpu": [cpu_before["launches"], cpu_after["launches"]], "compiled": compiled}))
 """
 
 
@@ -48,3 +53,6 @@ def test_launches_and_syncs_are_counted_per_kind(run):
     assert fused["launches"] == fused["fused_kernels"] == 1, fused
     assert fused["eager_ops"] == 0 and fused["inner_ops"] >= 3, fused
     assert r["cpu"][0] == r["cpu"][1]
+    compiled = r["compiled"]  # four ops in one compiled graph
+    assert compiled["launches"] == compiled["compiled_graphs"] == 1, compiled
+    assert compiled["eager_ops"] == 0 and compiled["inner_ops"] >= 4, compiled
