@@ -50,7 +50,7 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "habana_frameworks.torch.hpex.normalization:FusedRMSNorm"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
              "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
-             "with hpu_backend (eager mode only)",
+             "with hpu_backend (eager mode), HPU graphs (lazy mode)",
              "one launch per decoding step's forward instead of one per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
 )

@@ -1,4 +1,4 @@
-"""Transformers: ``generate()`` (hence ``pipeline()``) of an eager model decoded by graphs.
+"""Transformers: ``generate()`` (hence ``pipeline()``) of an uncompiled model decoded by graphs.
 
 In eager mode (``PT_HPU_LAZY_MODE=0``, Gaudi's default and this plugin's) every op of every
 decoding step is a launch of its own; Gaudi's graph mechanism there is ``torch.compile`` with
@@ -11,22 +11,28 @@ the devices it lists (``_valid_auto_compile_criteria``) unless the config says
 (``shape_buckets``) pad the prompt, the batch and the static cache to buckets, so that the
 decoding steps have one graph per bucket.
 
-Taken only for a model on ``hpu`` in eval mode that is not compiled, in eager mode, where
+Taken only for a model on ``hpu`` in eval mode that is not compiled, where
 the user chose nothing about compilation or the cache (``compile_config``,
 ``disable_compile``, ``cache_implementation``, a cache object: their choice wins), and where
 the buckets can pad the call without changing its result (``shape_buckets.plan_generate``).
 Each model keeps at most ``HPU_PLUGIN_GRAPHS_MAX`` graphs (one per bucket, default 8);
-a call that would need another runs as before, eagerly, with a warning once. In lazy mode,
-where ``torch.compile`` is not allowed, it stays out: ``wrap_in_hpu_graph`` keys graphs on
-the identity of non-tensor arguments, and ``generate()`` passes the model a new static cache
-object at every call (docs/fast-paths.md, "Not covered").
+a call that would need another runs as before, eagerly, with a warning once.
+
+In lazy mode (``PT_HPU_LAZY_MODE=1``: ``torch.compile`` is not allowed there) the graphs are
+HPU graphs: the model's ``forward`` is, for the call, the bridge's ``wrap_in_hpu_graph_func``
+of it (a graph per input signature, ``max_graphs`` twice the budget: a prefill and a decoding
+graph per bucket). Those graphs are keyed on the identity of non-tensor arguments, and
+``generate()`` makes a new static cache object at every call, so each bucket keeps one cache,
+emptied before each call and passed as ``generate(cache=...)``. Not taken where the model
+already has a ``forward`` of its own (the user's ``wrap_in_hpu_graph``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hpu_plugin import settings
@@ -82,17 +88,36 @@ def compilable(model: Any) -> bool:
     return not ("disk" in devices or ("cpu" in devices and len(devices) > 1))
 
 
-def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> bool:
-    """Whether this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed:
-    in eval mode, eager mode, with nothing about compilation chosen, and the hook agreeing."""
-    if getattr(model, "training", True) or _lazy() or _user_chose(model, kwargs):
-        return False
-    if not hasattr(model, "get_compiled_call"):  # Transformers without its own mechanism
-        return False
-    if not compilable(model):
-        return False
+def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None:
+    """How this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed
+    (``"eager"``: compiled; ``"lazy"``: HPU graphs), or None: in eval mode, with nothing about
+    compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
+    if getattr(model, "training", True) or _user_chose(model, kwargs):
+        return None
+    mode = "lazy" if _lazy() else "eager"
+    if mode == "eager" and not (hasattr(model, "get_compiled_call") and compilable(model)):
+        return None
+    if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
+        return None
     model_type = getattr(getattr(model, "config", None), "model_type", "")
-    return registry.fast_path(NAME, DEVICE_TYPE, {"model": model_type, "mode": "eager"})
+    if not registry.fast_path(NAME, DEVICE_TYPE, {"model": model_type, "mode": mode}):
+        return None
+    return mode
+
+
+def _admit(model: Any, key: tuple[int, ...], budget: int) -> bool:
+    """Whether bucket ``key`` is within the model's graph budget (counting it if new)."""
+    keys: set[tuple[int, ...]] = vars(model).setdefault(KEYS, set())
+    if key in keys:
+        return True
+    if len(keys) >= budget:
+        say_once(f"graph-budget:{id(model)}", logging.WARNING,
+                 "hpu_plugin: this model already has graphs for %d buckets of generate(), its "
+                 "budget: the bucket %s runs eagerly. Raise %s (now %d) to graph it too, or use "
+                 "fewer shapes.", len(keys), key, GRAPHS_MAX, budget)
+        return False
+    keys.add(key)
+    return True
 
 
 def compile_kwargs(model: Any, batch: int, cache: int) -> dict[str, Any] | None:
@@ -100,17 +125,55 @@ def compile_kwargs(model: Any, batch: int, cache: int) -> dict[str, Any] | None:
     ``hpu_backend``; None where this bucket would exceed the model's graph budget."""
     from transformers.generation.configuration_utils import CompileConfig
 
-    budget = graph_budget()
-    keys: set[tuple[int, int]] = vars(model).setdefault(KEYS, set())
-    if (batch, cache) not in keys:
-        if len(keys) >= budget:
-            say_once(f"graph-budget:{id(model)}", logging.WARNING,
-                     "hpu_plugin: this model already has %d graphs for generate() (one per "
-                     "bucket), its budget: batch %d with a cache of %d runs eagerly. Raise %s "
-                     "(now %d) to graph it too, or use fewer shapes.", len(keys), batch, cache,
-                     GRAPHS_MAX, budget)
-            return None
-        keys.add((batch, cache))
+    if not _admit(model, (batch, cache), graph_budget()):
+        return None
     config = CompileConfig(fullgraph=False, dynamic=False, backend=BACKEND)
     config._compile_all_devices = True  # Transformers' own switch for devices it does not list
     return {"compile_config": config}
+
+
+def _hpu_graph_func() -> Any | None:
+    try:
+        from habana_frameworks.torch.hpu.graphs import wrap_in_hpu_graph_func
+    except Exception:
+        return None
+    return wrap_in_hpu_graph_func
+
+
+LAZY = "_hpu_plugin_hpu_graphs"
+
+
+def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, Any] | None:
+    """Lazy mode: the static cache of this bucket, kept across calls (``wrap_in_hpu_graph``
+    keys its graphs on the identity of the cache object, and ``generate()`` would make a new
+    one every call), emptied for this call; None over the budget."""
+    budget = graph_budget()
+    if not _admit(model, (batch, length, cache), budget):
+        return None
+    state = vars(model).setdefault(LAZY, {"forward": None, "caches": {}})
+    if state["forward"] is None:  # a prefill and a decoding graph per bucket
+        state["forward"] = _hpu_graph_func()(model.forward, max_graphs=2 * budget)
+    kept = state["caches"].get((batch, cache))
+    if kept is None:
+        from transformers import StaticCache
+
+        config = model.config.get_text_config(decoder=True)
+        kept = state["caches"][(batch, cache)] = StaticCache(config=config, max_cache_len=cache)
+    elif kept.is_initialized:
+        kept.reset()
+    return {"cache": kept}
+
+
+@contextlib.contextmanager
+def graphed(model: Any, mode: str | None) -> Iterator[None]:
+    """Lazy mode: the model's ``forward`` replays its HPU graphs for the call, and is the
+    class's own again afterwards."""
+    state = vars(model).get(LAZY)
+    if mode != "lazy" or state is None or state["forward"] is None:
+        yield
+        return
+    model.forward = state["forward"]
+    try:
+        yield
+    finally:
+        vars(model).pop("forward", None)

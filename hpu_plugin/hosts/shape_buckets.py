@@ -303,28 +303,42 @@ def _generation_settings(call: dict[str, Any], settings: dict[str, Any]) -> dict
     return {"generation_config": config}
 
 
+def _graph_kwargs(model: Any, plan: GeneratePlan, graphs: str | None) -> dict[str, Any] | None:
+    if graphs == "eager":
+        return inference_graphs.compile_kwargs(model, plan.batch_to, plan.cache)
+    if graphs == "lazy":
+        return inference_graphs.lazy_kwargs(model, plan.batch_to, plan.length_to, plan.cache)
+    return {}
+
+
 def _bucketed_generate(
     registry: Registry, original: Callable[..., Any], model: Any, inputs: Any,
-    kwargs: dict[str, Any], graphs: bool = False,
+    kwargs: dict[str, Any], graphs: str | None = None,
 ) -> tuple[Any, str | None]:
     """Run ``generate()`` padded to buckets; else unpadded, with the reason. With ``graphs``
-    (an uncompiled model: ``inference_graphs``) Transformers compiles its decoding steps."""
+    (an uncompiled model: ``inference_graphs``) the decoding steps run as graphs: compiled by
+    Transformers (``"eager"``), or HPU graphs (``"lazy"``)."""
     prompt = _prompt_and_mask(model, inputs, kwargs)
     plan = prompt if isinstance(prompt, str) else plan_generate(registry, model, prompt[0], kwargs)
     if isinstance(plan, str) or isinstance(prompt, str):
         return original(model, inputs, **kwargs), plan if isinstance(plan, str) else prompt
-    extra = inference_graphs.compile_kwargs(model, plan.batch_to, plan.cache) if graphs else {}
+    extra = _graph_kwargs(model, plan, graphs)
     if extra is None:
         return original(model, inputs, **kwargs), "the model's graph budget is spent"
     input_ids, mask = pad_prompt(plan, *prompt, _pad_token(model, kwargs))
     call = {k: v for k, v in kwargs.items()
             if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
-    call.update(_generation_settings(call, {"max_new_tokens": plan.new_tokens,
-                                            "cache_implementation": "static", **extra}))
+    cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
+    settings = {"max_new_tokens": plan.new_tokens, **extra}
+    if cache is None:
+        settings["cache_implementation"] = "static"
+    else:
+        call["cache"] = cache
+    call.update(_generation_settings(call, settings))
     call["attention_mask"] = mask
     token = _cache_length.set(plan.cache)
     try:
-        with static_graphs():
+        with static_graphs(), inference_graphs.graphed(model, graphs):
             out = original(model, input_ids, **call)
     finally:
         _cache_length.reset(token)
@@ -341,9 +355,10 @@ def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[
         if args or getattr(device, "type", None) != DEVICE_TYPE:
             return original(self, inputs, *args, **kwargs)
         if not is_compiled(self):
-            if not inference_graphs.wanted(registry, self, kwargs):
+            mode = inference_graphs.wanted(registry, self, kwargs)
+            if mode is None:
                 return original(self, inputs, *args, **kwargs)
-            return _bucketed_generate(registry, original, self, inputs, kwargs, graphs=True)[0]
+            return _bucketed_generate(registry, original, self, inputs, kwargs, graphs=mode)[0]
         before = compilations()
         result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
         if why is not None:
