@@ -3,6 +3,8 @@
 Fetches the pinned hosts' sdists, runs the chosen tests once on CPU and once on the
 emulated hpu (two devices), compares them test by test with expectations.json, prints a
 summary and exits 1 on any unexpected difference (2 when a run could not complete).
+``run diffusers --checkout PATH`` runs a library's own tests from a checkout of its
+repository instead (its sdist ships none; CI cannot fetch a repository).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ def _environment(suite: Suite, device: str, outcomes: Path, source: Path) -> dic
     return env
 
 
-def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float) -> dict:
-    """One pytest run of the suite on one device; its outcomes by node id."""
+def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float,
+         checkout: Path | None = None) -> dict:
+    """One pytest run of the suite on one device; its outcomes by node id. With
+    ``checkout``, the library's own tests in that checkout of its repository."""
     logs = cache_root() / "runs"
     logs.mkdir(parents=True, exist_ok=True)
     outcomes = logs / f"{suite.name}-{subset}-{device}.json"
@@ -61,6 +65,11 @@ def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float) -
     outcomes.unlink(missing_ok=True)
     paths = suite.ci if subset == "ci" else suite.full
     args = suite.ci_args if subset == "ci" else suite.full_args
+    if checkout is not None:
+        paths, args = suite.checkout_tests, suite.checkout_args
+    env = _environment(suite, device, outcomes, source)
+    if checkout is not None and device == "hpu":
+        env.update(suite.checkout_hpu_env)
     command = [
         sys.executable,
         "-m",
@@ -84,8 +93,8 @@ def _run(suite: Suite, device: str, subset: str, source: Path, timeout: float) -
                 command,
                 # Our own tests run from the repository, so that their node ids resolve from
                 # the working directory when a host test re-runs itself in a subprocess.
-                cwd=REPO if suite.own_tests else source,
-                env=_environment(suite, device, outcomes, source),
+                cwd=checkout or (REPO if suite.own_tests else source),
+                env=env,
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 timeout=timeout,
@@ -105,7 +114,7 @@ def _markdown(summaries: list[Summary], subset: str, seconds: float) -> str:
 
     versions = ", ".join(
         f"{name} {pinned_version(SUITES[name].distribution)}"
-        for name in (s.suite for s in summaries)
+        for name in (s.suite.removesuffix("-checkout") for s in summaries)
     )
     lines = [
         f"## `python -m peer_suites run --subset {subset}`",
@@ -133,21 +142,46 @@ def _saved(suite: Suite, device: str, subset: str) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _checked_checkout(names: list[str], checkout: Path) -> Path:
+    """The checkout of one suite's repository, with the tests that suite runs from it."""
+    if len(names) != 1 or not SUITES[names[0]].checkout_tests:
+        have = ", ".join(name for name, suite in SUITES.items() if suite.checkout_tests)
+        raise PeerSetupError(f"--checkout takes one suite with repository tests listed: {have}")
+    checkout = checkout.expanduser().resolve()
+    missing = [path for path in SUITES[names[0]].checkout_tests if not (checkout / path).exists()]
+    if missing:
+        raise PeerSetupError(
+            f"--checkout {checkout}: no {', '.join(missing)}; give a checkout of the "
+            f"{SUITES[names[0]].distribution} repository"
+        )
+    return checkout
+
+
 def run(
-    names: list[str], subset: str, timeout: float, markdown: Path | None, rerun: bool = True
+    names: list[str], subset: str, timeout: float, markdown: Path | None, rerun: bool = True,
+    checkout: Path | None = None,
 ) -> int:
-    """Run the suites (or reuse the last runs); print the summary; 0 when all is expected."""
+    """Run the suites (or reuse the last runs); print the summary; 0 when all is expected.
+    With ``checkout``: one suite's own tests from a checkout of its repository."""
     started = time.monotonic()
     summaries = []
+    if checkout is not None:
+        checkout, subset = _checked_checkout(names, checkout), "checkout"
     for name in names:
         suite = SUITES[name]
         if rerun:
             version = pinned_version(suite.distribution)  # the installed release is the pin
-            source = source_tree(suite.distribution, version) if suite.sdist_tests else REPO
-            cpu = _run(suite, "cpu", subset, source, timeout)
-            hpu = _run(suite, "hpu", subset, source, timeout)
+            own = suite.sdist_tests and checkout is None
+            source = source_tree(suite.distribution, version) if own else REPO
+            cpu = _run(suite, "cpu", subset, source, timeout, checkout)
+            hpu = _run(suite, "hpu", subset, source, timeout, checkout)
         else:
             cpu, hpu = _saved(suite, "cpu", subset), _saved(suite, "hpu", subset)
+        if subset == "checkout":  # offline, a test that needs the Hub fails on both runs
+            summaries.append(compare(f"{name}-checkout", cpu, hpu, None, strict=False))
+            if not summaries[-1].collected:
+                raise PeerSetupError(f"no test of {checkout} ran; see the logs")
+            continue
         selected = (
             None
             if subset == "ci" and suite.ci_args
@@ -157,6 +191,8 @@ def run(
     print("\n" + HEADER)
     for summary in summaries:
         print(summary.row())
+        if subset == "checkout":
+            print(f"  failed on cpu and on hpu alike (not compared): {summary.failed_both}")
     problems = [line for summary in summaries for line in summary.unexpected]
     for line in problems:
         print("UNEXPECTED " + line)
@@ -179,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         command.add_argument("--subset", choices=["ci", "full"], default="ci")
         command.add_argument("--markdown", type=Path, help="also write the summary as Markdown")
+        command.add_argument(
+            "--checkout", type=Path, metavar="PATH",
+            help="run one suite's own tests from this checkout of its repository "
+            "(libraries whose sdist ships none: sentence-transformers, trl, diffusers)",
+        )
     runner.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
     options = parser.parse_args(argv)
     unknown = [name for name in options.suites if name not in SUITES]
@@ -187,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         names = options.suites or list(SUITES)
         timeout = getattr(options, "timeout", 0.0)
-        return run(names, options.subset, timeout, options.markdown, options.command == "run")
+        return run(
+            names, options.subset, timeout, options.markdown, options.command == "run",
+            options.checkout,
+        )
     except (PeerSetupError, subprocess.CalledProcessError) as error:
         print(f"peer_suites: {error}", file=sys.stderr)
         return 2

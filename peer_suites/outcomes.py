@@ -27,6 +27,11 @@ def _message(report: pytest.TestReport) -> str:
     return str(longrepr).strip().splitlines()[-1][:300] if longrepr else ""
 
 
+def record(nodeid: str, outcome: str, message: str) -> None:
+    """An outcome decided outside a test's own reports (another plugin's)."""
+    _RESULTS[nodeid] = {"outcome": outcome, "message": message}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Record the call's outcome; a setup or teardown failure makes it an error."""
     entry = _RESULTS.setdefault(report.nodeid, {"outcome": "passed", "message": ""})

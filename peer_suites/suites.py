@@ -82,6 +82,34 @@ _TRANSFORMERS = HERE / "transformers_testers"
 # and on hpu the result compared with the CPU's.
 _LIBRARY_TESTS = HERE / "library_tests"
 
+_CHECKOUT_ARGS = [
+    "-p", "peer_suites.checkout_tests", "--continue-on-collection-errors",
+    "--tb=line",  # tracebacks of offline Hub failures took most of the run
+]
+# sentence-transformers' own tests: utilities, samplers, modules, losses, the model and the
+# CrossEncoder. Most load small Hub models and fail on both runs offline; the rest build
+# theirs locally. The library chooses its device (hpu in that run).
+_SENTENCE_TRANSFORMERS_CHECKOUT = [
+    "tests/util", "tests/samplers", "tests/models", "tests/losses",
+    "tests/test_training_args.py", "tests/test_sentence_transformer.py",
+    "tests/cross_encoder/test_cross_encoder.py",
+]
+# TRL's own tests of its utilities and trainers; its torch_device is Transformers'
+# (TRANSFORMERS_TEST_DEVICE). Most load trl-internal-testing's tiny Hub models.
+_TRL_CHECKOUT = [
+    "tests/test_utils.py", "tests/test_data_utils.py", "tests/test_model_utils.py",
+    "tests/test_activation_offloading.py", "tests/test_rewards.py",
+    "tests/test_sft_trainer.py",
+]
+# diffusers' own model tests that build their models from a config (a Hub download fails on
+# both runs, offline): the UNets and autoencoders Stable Diffusion and DDPM use.
+_DIFFUSERS_CHECKOUT = [
+    "tests/models/unets/test_models_unet_2d.py",
+    "tests/models/unets/test_models_unet_2d_condition.py",
+    "tests/models/autoencoders/test_models_autoencoder_kl.py",
+    "tests/models/autoencoders/test_models_autoencoder_tiny.py",
+]
+
 
 @dataclass(frozen=True)
 class Suite:
@@ -102,6 +130,13 @@ class Suite:
     hub_stand_ins: bool = False
     # The sdist holds tests this suite uses (False: ours alone, the sdist is not fetched).
     sdist_tests: bool = True
+    # The library's own tests in a checkout of its repository (`run <suite> --checkout PATH`),
+    # for libraries whose sdist ships none: paths inside the checkout, extra pytest arguments,
+    # and the hpu run's device switch. CI cannot fetch a repository (only PyPI is reachable):
+    # a one-off local run, recorded in RESULTS.md.
+    checkout_tests: list[str] = field(default_factory=list)
+    checkout_args: list[str] = field(default_factory=list)
+    checkout_hpu_env: dict[str, str] = field(default_factory=dict)
 
 
 SUITES: dict[str, Suite] = {
@@ -138,6 +173,8 @@ SUITES: dict[str, Suite] = {
         full=[str(_LIBRARY_TESTS / "test_sentence_transformers.py")],
         own_tests=True,
         sdist_tests=False,
+        checkout_tests=_SENTENCE_TRANSFORMERS_CHECKOUT,
+        checkout_args=_CHECKOUT_ARGS,
     ),
     "trl": Suite(
         name="trl",
@@ -146,14 +183,17 @@ SUITES: dict[str, Suite] = {
         full=[str(_LIBRARY_TESTS / "test_trl.py")],
         ci_args=["-m", "not full"],
         # TRL 1.16 turns gradient checkpointing on by default; torch.utils.checkpoint enters
-        # torch.hpu.device(...), whose exit calls set_device(-1) once Accelerate has set
-        # device 0, and the Gaudi bridge asserts on that when fewer than 8 modules are visible
-        # and HABANA_VISIBLE_MODULES is unset (habana_frameworks/torch/hpu/__init__.py,
-        # device.__exit__ and set_device). Found by this suite, not fixed yet: it runs on a
-        # whole emulated server, where the bridge maps the index and goes on.
-        hpu_env={"HPU_PLUGIN_EMULATE_DEVICES": "8"},
+        # torch.hpu.device(...), whose exit in the Gaudi bridge calls set_device(-1) once
+        # Accelerate has set device 0, which asserts when fewer than 8 modules are visible
+        # (habana_frameworks/torch/hpu/__init__.py, device.__exit__ and set_device). Found by
+        # this suite; the torch adapter answers it (hosts/torch_adapter.py). The hpu run is a
+        # machine with one Gaudi, where the bridge's fault showed.
+        hpu_env={"HPU_PLUGIN_EMULATE_DEVICES": "1"},
         own_tests=True,
         sdist_tests=False,
+        checkout_tests=_TRL_CHECKOUT,
+        checkout_args=_CHECKOUT_ARGS,
+        checkout_hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
     ),
     "diffusers": Suite(
         name="diffusers",
@@ -163,5 +203,9 @@ SUITES: dict[str, Suite] = {
         ci_args=["-m", "not full"],
         own_tests=True,
         sdist_tests=False,
+        checkout_tests=_DIFFUSERS_CHECKOUT,
+        checkout_args=_CHECKOUT_ARGS,
+        # diffusers' tests/testing_utils.py: torch_device is this variable when it is set.
+        checkout_hpu_env={"DIFFUSERS_TEST_DEVICE": "hpu"},
     ),
 }

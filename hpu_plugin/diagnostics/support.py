@@ -187,7 +187,8 @@ LIBRARY_ADAPTERS = {
     "peft": "adapter: infer_device names hpu",
     "sentence-transformers": "adapter: plain path without optimum-habana, one Gaudi per pool "
     "worker",
-    "trl": "no adapter needed (runs through Transformers and Accelerate)",
+    "trl": "runs through Transformers and Accelerate; its default gradient checkpointing "
+    "through the torch.hpu.device adapter",
     "diffusers": "no adapter needed (pipeline.to('hpu'))",
 }
 
@@ -289,10 +290,12 @@ def findings(result: dict[str, Any]) -> list[Finding]:
             ))
     adapters = result["adapters"] or {}
     for adapter, reason in adapters.get("stayed_out", {}).items():
+        needless = reason.startswith("not needed")  # the host has no fault to adapt
         found.append(
             Finding(
-                "adapters", "warning", f"the {adapter} adapter stayed out: {reason}",
-                "use tested releases (hpu-plugin info lists them)",
+                "adapters", "info" if needless else "warning",
+                f"the {adapter} adapter stayed out: {reason}",
+                "" if needless else "use tested releases (hpu-plugin info lists them)",
             )
         )
     return found

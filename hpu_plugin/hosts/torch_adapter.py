@@ -1,4 +1,5 @@
-"""torch: ``torch.compile`` and ``init_process_group`` ask the registry.
+"""torch: ``torch.compile`` and ``init_process_group`` ask the registry; ``torch.hpu.device``
+restores nothing its enter did not change.
 
 ``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
 so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
@@ -15,14 +16,21 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 from hpu_plugin.hosts.callers import find_caller
-from hpu_plugin.patching import Patches, is_ours, original_of, ours, stay_out
+from hpu_plugin.patching import (
+    Patches,
+    host_version,
+    is_ours,
+    original_of,
+    ours,
+    record_out,
+    stay_out,
+)
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import Once, say_once
 
 log = logging.getLogger("hpu_plugin")
-
 
 
 def _describe(backend: object) -> str:
@@ -180,6 +188,124 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
         patches.set(dist, "init_process_group", make_init_process_group(registry, outer))
 
 
+# -- torch.hpu.device --------------------------------------------------------------------
+#
+# ``torch.utils.checkpoint`` (gradient checkpointing: TRL 1.16 turns it on by default, and
+# Transformers' ``gradient_checkpointing_enable``) saves and restores the RNG state of each
+# device inside ``torch.hpu.device(index)``. Read in the Gaudi bridge 1.19.0
+# (``habana_frameworks/torch/hpu/__init__.py``, ``device`` and ``set_device``; the public
+# repository's later versions of the file keep the same class): ``idx`` is the process's
+# module id from ``HLS_MODULE_ID``, -1 when unset; ``__enter__`` returns early when
+# ``idx == -1``, but ``__exit__`` calls ``set_device(self.idx)`` whenever ``prev_idx`` (0 once
+# Accelerate or the user called ``torch.hpu.set_device(0)``) differs from it, so
+# ``set_device(-1)``. With fewer than 8 modules visible, ``HABANA_VISIBLE_MODULES`` unset and
+# ``HLS_MODULE_ID`` unset (a pod or a machine with 1 to 7 Gaudis) that asserts "the only
+# supported device idx is 0"; on a whole server it writes the last module's id into
+# ``HLS_MODULE_ID``. CUDA's context manager restores the device its enter replaced, and
+# nothing when its enter replaced none: so does the adapted exit. Setting ``HLS_MODULE_ID``
+# instead would reach every child process. The guard is the bridge's own code: its enter and
+# exit are run against a recording ``set_device`` (never the real one), and the adapter is
+# installed only when that exit selects a device its enter did not select.
+
+DEVICE_CONTEXT = "torch.hpu.device exit"
+#: The only names the bridge's enter and exit may use for the probe to be harmless.
+_PROBED_NAMES = frozenset({"idx", "prev_idx", "set_device", "current_device_idx"})
+
+
+class _RecordingSetDevice:
+    """Stands in for the bridge's ``set_device`` while its context code is probed."""
+
+    def __init__(self, current: int) -> None:
+        self.current_device_idx = current
+        self.calls: list[object] = []
+
+    def __call__(self, device: object) -> None:
+        self.calls.append(device)
+
+
+def _with_set_device(function: Any, set_device: _RecordingSetDevice) -> Any:
+    """``function``'s own code, with ``set_device`` bound to the recorder: nothing of the
+    bridge changes (its module's namespace is copied, not edited)."""
+    namespace = dict(function.__globals__, set_device=set_device)
+    return types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__,
+        function.__closure__,
+    )
+
+
+def exit_selects_unentered_device(device_class: type) -> bool | None:
+    """Whether the class's exit selects a device when its enter, with no module id
+    (``idx == -1``) after ``set_device(0)``, selected none: the bridge's fault. None when the
+    code is not the kind the adapter was written for (the probe would not be harmless)."""
+    enter, exit_ = vars(device_class).get("__enter__"), vars(device_class).get("__exit__")
+    if not all(isinstance(f, types.FunctionType) for f in (enter, exit_)):
+        return None
+    if not {"set_device", "idx", "prev_idx"} <= set(exit_.__code__.co_names) or not (
+        set(enter.__code__.co_names) | set(exit_.__code__.co_names)
+    ) <= _PROBED_NAMES:
+        return None
+    recorder = _RecordingSetDevice(current=0)
+    context = device_class.__new__(device_class)
+    context.idx, context.prev_idx = -1, -1
+    try:
+        _with_set_device(enter, recorder)(context)
+        if recorder.calls:  # an enter that selects a device without a module id: not 1.19's
+            return None
+        _with_set_device(exit_, recorder)(context, None, None, None)
+    except Exception:
+        return None
+    return bool(recorder.calls)
+
+
+def make_device_exit(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The bridge's exit, skipped when the enter selected no device (its own rule: it
+    selects one when ``idx`` is a module id other than ``prev_idx``)."""
+
+    @functools.wraps(original)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        if self.idx == -1 or self.idx == self.prev_idx:
+            return False
+        return original(self, *exc)
+
+    return ours(__exit__)
+
+
+def install_device_context(patches: Patches, hpu: types.ModuleType | None = None) -> None:
+    """Adapt ``torch.hpu.device`` where the bridge has the fault; say why not otherwise."""
+    if hpu is None:
+        import torch
+
+        hpu = getattr(torch, DEVICE_TYPE, None)
+        if hpu is None:  # no Gaudi software loaded: there is no context manager to adapt
+            return
+    device_class = getattr(hpu, "device", None)
+    found = isinstance(device_class, type)
+    original = original_of(
+        device_class if found else None, "__exit__", GAUDI_DISTRIBUTION, DEVICE_CONTEXT,
+        "torch.hpu.device class with __enter__ and __exit__", own=True,
+    )
+    if original is None:
+        return
+    assert isinstance(device_class, type)
+    faulty = exit_selects_unentered_device(device_class)
+    if faulty is None:
+        stay_out(
+            GAUDI_DISTRIBUTION, DEVICE_CONTEXT,
+            "torch.hpu.device of the kind read in 1.19.0 (its enter and exit use only idx, "
+            "prev_idx and set_device)",
+        )
+    elif not faulty:
+        record_out(
+            GAUDI_DISTRIBUTION, DEVICE_CONTEXT,
+            f"not needed: the exit of {GAUDI_DISTRIBUTION} {host_version(GAUDI_DISTRIBUTION)}'s "
+            "torch.hpu.device selects no device its enter did not",
+        )
+        log.info("hpu_plugin: torch.hpu.device needs no adapter on this Gaudi software")
+    else:
+        patches.set(device_class, "__exit__", make_device_exit(original))
+
+
 def install(registry: Registry, patches: Patches) -> None:
     install_compile(registry, patches)
     install_distributed(registry, patches)
+    install_device_context(patches)
