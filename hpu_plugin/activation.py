@@ -1,21 +1,23 @@
-"""What runs inside ``import torch``: the ``torch.backends`` entry point.
+"""What runs inside ``import torch`` when there may be Gaudi to serve.
 
-PyTorch turns any exception raised here into a failed ``import torch`` for every program
-on the machine, so :func:`autoload` never raises: a fault is logged once and the plugin
-stays off. With no Gaudi software and no emulation requested it returns after two
-environment look-ups and one ``find_spec``, importing nothing: this module imports nothing
-of the package at its top, so ``import torch`` on a machine without Gaudi loads only
-``hpu_plugin`` and this module (``tests/activation/test_import_cost.py`` checks it).
+The ``torch.backends`` entry point is ``hpu_plugin.autoload`` (the package root): it answers
+the common case (no Gaudi software, no switch set) without loading this module, so
+``import torch`` on a machine without Gaudi loads ``hpu_plugin`` only
+(``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
+PyTorch turns any exception raised inside the entry point into a failed ``import torch``
+for every program on the machine, so :func:`autoload` never raises: a fault is logged once
+and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at interpreter
+start when emulation is requested.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import os
 import sys
 
-from hpu_plugin import state  # the package root: no module load, imports nothing
+from hpu_plugin import NO_GAUDI, state  # the package root: already loaded
 
 log = logging.getLogger("hpu_plugin")
 
@@ -56,31 +58,10 @@ def add_standins() -> None:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
-#: Why the plugin is off on a machine without Gaudi (the common case).
-NO_GAUDI = "no Gaudi software and no emulation requested"
-
-
-def _nothing_to_do(environ: os._Environ[str]) -> bool:
-    """The common case, answered with nothing of the package imported: no switch set, and
-    no ``habana_frameworks`` to be found at all. Anything else takes the full path below,
-    which reads the same variables with their parsers."""
-    return (
-        not environ.get("HPU_PLUGIN_DISABLE")
-        and not (environ.get("HPU_PLUGIN_EMULATE") or "").strip()
-        and importlib.util.find_spec("habana_frameworks") is None
-    )
-
-
 def autoload() -> None:
-    """Entry point of the ``torch.backends`` group; idempotent; never raises."""
+    """The full activation, from ``hpu_plugin.autoload``; idempotent; never raises."""
     if state["status"] != "off":
         return
-    try:
-        if _nothing_to_do(os.environ):
-            state.update(status="skipped", reason=NO_GAUDI)
-            return
-    except Exception:  # a broken finder on sys.meta_path: the full path reports it
-        pass
     unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
