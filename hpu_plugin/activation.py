@@ -12,18 +12,22 @@ start when emulation is requested.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from hpu_plugin import NO_GAUDI, state  # the package root: already loaded
+
+if TYPE_CHECKING:
+    from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 #: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
 #: nothing runs :func:`autoload`, so nothing would start the emulator.
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
 
 def add_standins() -> None:
     """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
@@ -37,6 +41,7 @@ def add_standins() -> None:
     try:
         from hpu_plugin import settings
         from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+        from hpu_plugin.patching import search_path
 
         if not settings.emulation_requested() or settings.is_on(
                 os.environ.get("HPU_PLUGIN_DISABLE")):
@@ -52,8 +57,8 @@ def add_standins() -> None:
                 TORCH_AUTOLOAD, os.environ[TORCH_AUTOLOAD], TORCH_AUTOLOAD,
             )
             return
-        if STANDINS not in sys.path and not real_gaudi_installed():
-            sys.path.append(STANDINS)
+        if not real_gaudi_installed():
+            search_path.add_path(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
@@ -62,7 +67,6 @@ def autoload() -> None:
     """The full activation, from ``hpu_plugin.autoload``; idempotent; never raises."""
     if state["status"] != "off":
         return
-    unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
     except KeyboardInterrupt:
@@ -70,45 +74,39 @@ def autoload() -> None:
     except BaseException as exc:  # never break `import torch`; SystemExit included
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
-    if state["status"] == "failed":
-        _undo_defaults(unset)
-    if state.get("emulator") != "started":
-        _withdraw_standins()
+    _take_back()
 
 
-#: The Gaudi defaults activation exports (see ``gaudi.environment.DEFAULTS``).
-_DEFAULTED = ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE")
-
-
-def _undo_defaults(unset: set[str]) -> None:
-    """A plugin that ends off must leave the environment as it found it: the defaults it
-    exported would otherwise reach child processes as if the user had set them."""
-    for name in unset:
-        os.environ.pop(name, None)
+def _take_back() -> None:
+    """A plugin that ends failed leaves the environment as it found it: the defaults it
+    exported would otherwise reach child processes as if the user had set them. Without a
+    running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
+    import it and take their Gaudi branches."""
     try:
-        from hpu_plugin.gaudi.environment import APPLIED
+        from hpu_plugin.patching import exported, search_path
 
-        for name in unset:
-            APPLIED.pop(name, None)
-    except Exception:  # gaudi/ not importable: nothing was applied through it
-        pass
-
-
-def _withdraw_standins() -> None:
-    """Without a running emulator its stand-ins must not be found: hosts that find
-    ``habana_frameworks`` import it and take their Gaudi branches."""
-    try:
-        from hpu_plugin.gaudi.software import STANDINS
-
-        if STANDINS not in sys.path:
-            return
-        sys.path.remove(STANDINS)
-        importlib.invalidate_caches()
-        for name, module in list(sys.modules.items()):
-            if (getattr(module, "__file__", None) or "").startswith(STANDINS):
-                del sys.modules[name]
+        if state["status"] == "failed":
+            exported.undo()
+        if state.get("emulator") != "started":
+            search_path.undo()
     except Exception as exc:
-        log.error("hpu_plugin: could not withdraw the emulator's stand-ins: %r", exc)
+        log.error("hpu_plugin: could not take back what activation changed: %r", exc)
+
+
+def _export_defaults(registry: Registry) -> list[str]:
+    """The ``hpu_prepare_environment`` hooks fill a copy of the environment; what they
+    changed is exported through ``patching.exported``, recorded so that :func:`_take_back`
+    can remove it and the diagnostics can tell it from the user's. Returns the names set."""
+    from hpu_plugin.patching import exported
+
+    proposed = dict(os.environ)
+    registry.prepare_environment(proposed)
+    changed = sorted(name for name, value in proposed.items() if os.environ.get(name) != value)
+    for name in changed:
+        exported.setenv(name, proposed[name])
+    for name in sorted(set(os.environ) - set(proposed)):
+        exported.unsetenv(name)
+    return changed
 
 
 def _activate() -> None:
@@ -149,9 +147,7 @@ def _activate() -> None:
     # The Gaudi software's own torch.backends entry point may have run before this one
     # (PyTorch does not order entry points); its runtime then read the environment first.
     initialised_first = real and "habana_frameworks.torch" in sys.modules
-    unset = {name for name in _DEFAULTED if name not in environ}
-    registry.prepare_environment(environ)
-    late = sorted(name for name in unset if name in environ)
+    late = _export_defaults(registry)
     if initialised_first and late:
         log.warning(
             "hpu_plugin: the Gaudi software initialised before hpu_plugin could set %s; the "

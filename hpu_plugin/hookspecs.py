@@ -92,6 +92,8 @@ def hpu_prepare_environment(environ: MutableMapping[str, str]) -> None:
     Called once, inside ``import torch``, before ``habana_frameworks.torch`` is imported.
     Every implementation is called. Set only what the user left unset
     (``environ.setdefault``): a value the user exported is theirs. Return value ignored.
+    ``environ`` is a copy of ``os.environ``: activation exports what the hooks changed
+    afterwards, recorded, and takes it back if the plugin ends failed.
     """
 
 

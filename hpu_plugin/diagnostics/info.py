@@ -107,13 +107,18 @@ def _import_time_compiles() -> int:
 
 def _patched() -> dict[str, list[str]]:
     """What the plugin changed outside itself in this process, through ``Patches``: the
-    host adapters' attributes and the emulator's (``torch.manual_seed``, ``PATH``)."""
+    host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``, its stand-ins
+    on ``sys.path``) and the Gaudi defaults activation exported."""
+    from hpu_plugin.patching import exported, search_path
+
     hosts = sys.modules.get("hpu_plugin.hosts")
     runtime = sys.modules.get("hpu_plugin.emulation.runtime")
     toolkit = sys.modules.get("hpu_plugin.emulation.gpu_migration")
     return {
         "hosts": hosts.patched() if hosts is not None else [],
-        "emulator": list(runtime.patches.made) if runtime is not None else [],
+        "emulator": list(search_path.made)
+        + (list(runtime.patches.made) if runtime is not None else []),
+        "environment": list(exported.made),
         "gpu_migration": list(toolkit.patches.made) if toolkit is not None else [],
     }
 

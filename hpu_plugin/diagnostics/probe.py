@@ -63,7 +63,7 @@ def import_torch() -> dict[str, str]:
     if gaudi_expected() and "torch" not in sys.modules:
         with _reported_once(lambda: state.get("reason", "")):
             try:
-                import torch  # noqa: F401  runs hpu_plugin.activation.autoload
+                import torch  # noqa: F401  runs hpu_plugin.autoload
             except Exception as exc:  # report, do not crash the diagnostic
                 return {"status": "failed", "reason": f"import torch failed: {exc!r}"}
     return dict(state)
@@ -128,15 +128,16 @@ def mode_text(environ: Mapping[str, str]) -> str:
     """Lazy or eager, and who chose it; "none" without Gaudi (no default was applied)."""
     if not gaudi_expected():
         return "none (no Gaudi software, no emulation requested)"
-    from hpu_plugin.gaudi.environment import APPLIED, LAZY_MODE
+    from hpu_plugin.gaudi.environment import LAZY_MODE
     from hpu_plugin.gaudi.errors import GaudiConfigError
     from hpu_plugin.gaudi.modes import mode
+    from hpu_plugin.patching import environ_entry, exported
 
     try:
         name = mode(environ).name
     except GaudiConfigError as exc:
         return f"invalid: {exc}"
-    ours = LAZY_MODE in APPLIED or LAZY_MODE not in os.environ
+    ours = environ_entry(LAZY_MODE) in exported.made or LAZY_MODE not in os.environ
     by = "set by hpu-plugin" if ours else "set by the user"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
 

@@ -1,8 +1,7 @@
 """Facts about Gaudi hardware and its software stack, mostly as pure functions.
 
 Nothing here imports torch, a host library or a plugin: the plugins and the emulator both
-ask these rules, so what the emulator allows is what Gaudi allows. Two parts are not pure:
-``environment.APPLIED`` records the defaults the plugin exported in this process, and
+ask these rules, so what the emulator allows is what Gaudi allows. One part is not pure:
 ``hlsmi.query`` runs ``hl-smi`` in a subprocess.
 
 - ``visibility``   ``HABANA_VISIBLE_MODULES`` / ``HABANA_VISIBLE_DEVICES`` / ``HLS_MODULE_ID``

@@ -15,8 +15,10 @@ import json, sys
 import torch
 modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
 from hpu_plugin import state
+from hpu_plugin.patching import exported, search_path
 print(json.dumps({
     "modules": modules, "status": state["status"], "reason": state["reason"],
+    "exported": exported.made, "search_path": search_path.made,
     "hpu": hasattr(torch, "hpu") and torch.hpu.is_available(),
 }))
 """
@@ -34,6 +36,7 @@ def test_without_gaudi_import_torch_loads_only_the_package_root() -> None:
     assert (result["status"], result["reason"]) == (
         "skipped", "no Gaudi software and no emulation requested")
     assert result["hpu"] is False
+    assert (result["exported"], result["search_path"]) == ([], [])
 
 
 @pytest.mark.parametrize("value", ["0", "off"])
@@ -49,6 +52,11 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     result = _probe(emulated())
     assert (result["status"], result["reason"]) == ("active", "emulated Gaudi")
     assert result["hpu"] is True
+    # What it changed in the process is recorded in the Patches that take it back.
+    assert result["exported"] == [
+        "os.environ['PT_ENABLE_INT64_SUPPORT']", "os.environ['PT_HPU_LAZY_MODE']"]
+    assert len(result["search_path"]) == 1  # type: ignore[arg-type]
+    assert "standins" in result["search_path"][0]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
     assert {"hpu_plugin.emulation", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
 
