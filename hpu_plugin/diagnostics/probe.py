@@ -143,12 +143,12 @@ def mode_text(environ: Mapping[str, str]) -> str:
 
 
 def query_hlsmi(fields: Sequence[str]) -> Any:
-    """``hlsmi.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
+    """``machine.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
     report, not a traceback; doctor also lists it as a finding with its fix)."""
-    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin import machine
     from hpu_plugin.gaudi.errors import GaudiConfigError
 
     try:
-        return hlsmi.query(fields)
+        return machine.query(fields)
     except GaudiConfigError as exc:
-        return hlsmi.HlSmiQuery(None, reason=str(exc))
+        return machine.HlSmiQuery(None, reason=str(exc))

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 
 from hpu_plugin.gaudi import preflight
 from hpu_plugin.gaudi.environment import INT64, LAZY_MODE
-from hpu_plugin.gaudi.selection import check_this_process
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal, hookimpl
+from hpu_plugin.machine import check_this_process
 
 log = logging.getLogger("hpu_plugin")
 

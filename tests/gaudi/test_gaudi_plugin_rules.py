@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpu_plugin import registry
-from hpu_plugin.gaudi import hlsmi
+from hpu_plugin import machine, registry
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.plugins import compile as compile_plugin
 from hpu_plugin.plugins import ddp as ddp_plugin
@@ -23,10 +22,10 @@ def _registry(*plugins) -> registry.Registry:
 @pytest.fixture
 def server(monkeypatch):
     """This host shows the whole-server layout (as hl-smi on an 8-card server)."""
-    hlsmi.cached_index_module_map.cache_clear()
-    monkeypatch.setattr(hlsmi, "index_module_map", lambda *a, **k: {i: i for i in range(8)})
+    machine.cached_index_module_map.cache_clear()
+    monkeypatch.setattr(machine, "index_module_map", lambda *a, **k: {i: i for i in range(8)})
     yield
-    hlsmi.cached_index_module_map.cache_clear()
+    machine.cached_index_module_map.cache_clear()
 
 
 def _launch(monkeypatch, modules: str | None, processes: int, rank: int = 0) -> None:
