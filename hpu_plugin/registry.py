@@ -231,8 +231,9 @@ class Registry:
     def device_properties(self) -> hookspecs.DeviceProperties | None:
         return self.pm.hook.hpu_device_properties() if self.device_available() else None
 
-    def compile_backend(self, requested: hookspecs.CompileBackend | None
-                        ) -> hookspecs.CompileBackend | None:
+    def compile_backend(
+        self, requested: hookspecs.CompileBackend | None
+    ) -> hookspecs.CompileBackend | None:
         return self.pm.hook.hpu_compile_backend(requested=requested)
 
     def ddp_backend(self, requested: str | None) -> str | None:
@@ -254,18 +255,14 @@ class Registry:
         options: Mapping[str, Any] | None = None,
     ) -> hookspecs.DeviceMap | None:
         return self.pm.hook.hpu_quantization_device_map(
-            method=method, bits=bits, device_map=device_map,
-            options=dict(options or {}))
+            method=method, bits=bits, device_map=device_map, options=dict(options or {}))
 
-    def shape_buckets(self, kind: str, limit: int | None
-                      ) -> tuple[int, ...] | None:
+    def shape_buckets(self, kind: str, limit: int | None) -> tuple[int, ...] | None:
         return self.pm.hook.hpu_shape_buckets(kind=kind, limit=limit)
 
     def fast_path(self, name: str, context: Mapping[str, Any]) -> bool:
         """Take Gaudi's fast path ``name``? Nobody's opinion means no."""
-        result: bool | None = self.pm.hook.hpu_fast_path(
-            name=name, context=dict(context)
-        )
+        result: bool | None = self.pm.hook.hpu_fast_path(name=name, context=dict(context))
         return bool(result)
 
     # -- introspection ---------------------------------------------------------------------
