@@ -1,8 +1,11 @@
 """Run unchanged Hugging Face code on Intel Gaudi (torch device ``hpu``).
 
-Nothing here needs importing by users: ``hpu_plugin.activation.autoload`` runs inside
-``import torch`` through the ``torch.backends`` entry point. Keep this module empty of
-imports: it is on the import path of every ``import torch`` on the machine.
+Nothing here needs importing by users: :func:`autoload` runs inside ``import torch``
+through the ``torch.backends`` entry point. This module is on the import path of every
+``import torch`` on the machine, so it imports nothing at its top, and on a machine without
+Gaudi it is the only module of the package that ``import torch`` loads: :func:`autoload`
+answers that common case itself and hands everything else to ``hpu_plugin.activation``
+(each further module costs about 0.2 ms of import machinery on every ``import torch``).
 
 It also holds the one piece of process status every layer reads, :data:`state`: what
 activation did. Here, every reader (hosts, diagnostics, the self-test) finds it without
@@ -13,5 +16,45 @@ __version__ = "0.1.0"
 
 #: What activation did in this process, for ``hpu-plugin info``, the hosts' reports and the
 #: tests: ``status`` off (not run yet) | skipped | active | failed, and a ``reason``;
-#: ``emulator`` is "started" once the emulator runs. Written by ``activation`` only.
+#: ``emulator`` is "started" once the emulator runs. Written by :func:`autoload` and
+#: ``activation`` only.
 state: dict[str, str] = {"status": "off", "reason": "not run"}
+
+#: Why the plugin is off on a machine without Gaudi (the common case).
+NO_GAUDI = "no Gaudi software and no emulation requested"
+
+
+def autoload() -> None:
+    """Entry point of the ``torch.backends`` group; idempotent; never raises.
+
+    The common case, no switch set and no ``habana_frameworks`` to be found at all, is
+    answered here with two environment look-ups and one ``find_spec``, loading nothing more
+    (``os`` and ``importlib.util`` are loaded by then). Anything else, a broken finder on
+    ``sys.meta_path`` included, goes to ``activation.autoload``, which reads the same
+    variables with their parsers and reports what it finds.
+    """
+    if state["status"] != "off":
+        return
+    try:
+        import importlib.util
+        import os
+
+        if (
+            not os.environ.get("HPU_PLUGIN_DISABLE")
+            and not (os.environ.get("HPU_PLUGIN_EMULATE") or "").strip()
+            and importlib.util.find_spec("habana_frameworks") is None
+        ):
+            state.update(status="skipped", reason=NO_GAUDI)
+            return
+    except Exception:  # a broken finder: the full path below reports it
+        pass
+    try:
+        from hpu_plugin.activation import autoload as activate
+    except Exception as exc:  # a damaged installation must not break `import torch`
+        import logging
+
+        state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
+        logging.getLogger("hpu_plugin").error(
+            "hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
+        return
+    activate()

@@ -1,27 +1,33 @@
-"""What runs inside ``import torch``: the ``torch.backends`` entry point.
+"""What runs inside ``import torch`` when there may be Gaudi to serve.
 
-PyTorch turns any exception raised here into a failed ``import torch`` for every program
-on the machine, so :func:`autoload` never raises: a fault is logged once and the plugin
-stays off. With no Gaudi software and no emulation requested it returns after two
-environment look-ups and one ``find_spec``, importing nothing: this module imports nothing
-of the package at its top, so ``import torch`` on a machine without Gaudi loads only
-``hpu_plugin`` and this module (``tests/activation/test_import_cost.py`` checks it).
+The ``torch.backends`` entry point is ``hpu_plugin.autoload`` (the package root): it answers
+the common case (no Gaudi software, no switch set) without loading this module, so
+``import torch`` on a machine without Gaudi loads ``hpu_plugin`` only
+(``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
+PyTorch turns any exception raised inside the entry point into a failed ``import torch``
+for every program on the machine, so :func:`autoload` never raises: a fault is logged once
+and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at interpreter
+start when emulation is requested.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
-from hpu_plugin import state  # the package root: no module load, imports nothing
+from hpu_plugin import NO_GAUDI, state  # the package root: already loaded
+
+if TYPE_CHECKING:
+    from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 #: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
 #: nothing runs :func:`autoload`, so nothing would start the emulator.
 TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+
 
 def add_standins() -> None:
     """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
@@ -35,6 +41,7 @@ def add_standins() -> None:
     try:
         from hpu_plugin import settings
         from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
+        from hpu_plugin.patching import search_path
 
         if not settings.emulation_requested() or settings.is_on(
                 os.environ.get("HPU_PLUGIN_DISABLE")):
@@ -50,38 +57,16 @@ def add_standins() -> None:
                 TORCH_AUTOLOAD, os.environ[TORCH_AUTOLOAD], TORCH_AUTOLOAD,
             )
             return
-        if STANDINS not in sys.path and not real_gaudi_installed():
-            sys.path.append(STANDINS)
+        if not real_gaudi_installed():
+            search_path.add_path(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
-#: Why the plugin is off on a machine without Gaudi (the common case).
-NO_GAUDI = "no Gaudi software and no emulation requested"
-
-
-def _nothing_to_do(environ: os._Environ[str]) -> bool:
-    """The common case, answered with nothing of the package imported: no switch set, and
-    no ``habana_frameworks`` to be found at all. Anything else takes the full path below,
-    which reads the same variables with their parsers."""
-    return (
-        not environ.get("HPU_PLUGIN_DISABLE")
-        and not (environ.get("HPU_PLUGIN_EMULATE") or "").strip()
-        and importlib.util.find_spec("habana_frameworks") is None
-    )
-
-
 def autoload() -> None:
-    """Entry point of the ``torch.backends`` group; idempotent; never raises."""
+    """The full activation, from ``hpu_plugin.autoload``; idempotent; never raises."""
     if state["status"] != "off":
         return
-    try:
-        if _nothing_to_do(os.environ):
-            state.update(status="skipped", reason=NO_GAUDI)
-            return
-    except Exception:  # a broken finder on sys.meta_path: the full path reports it
-        pass
-    unset = {name for name in _DEFAULTED if name not in os.environ}
     try:
         _activate()
     except KeyboardInterrupt:
@@ -89,45 +74,39 @@ def autoload() -> None:
     except BaseException as exc:  # never break `import torch`; SystemExit included
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
-    if state["status"] == "failed":
-        _undo_defaults(unset)
-    if state.get("emulator") != "started":
-        _withdraw_standins()
+    _take_back()
 
 
-#: The Gaudi defaults activation exports (see ``gaudi.environment.DEFAULTS``).
-_DEFAULTED = ("PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE")
-
-
-def _undo_defaults(unset: set[str]) -> None:
-    """A plugin that ends off must leave the environment as it found it: the defaults it
-    exported would otherwise reach child processes as if the user had set them."""
-    for name in unset:
-        os.environ.pop(name, None)
+def _take_back() -> None:
+    """A plugin that ends failed leaves the environment as it found it: the defaults it
+    exported would otherwise reach child processes as if the user had set them. Without a
+    running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
+    import it and take their Gaudi branches."""
     try:
-        from hpu_plugin.gaudi.environment import APPLIED
+        from hpu_plugin.patching import exported, search_path
 
-        for name in unset:
-            APPLIED.pop(name, None)
-    except Exception:  # gaudi/ not importable: nothing was applied through it
-        pass
-
-
-def _withdraw_standins() -> None:
-    """Without a running emulator its stand-ins must not be found: hosts that find
-    ``habana_frameworks`` import it and take their Gaudi branches."""
-    try:
-        from hpu_plugin.gaudi.software import STANDINS
-
-        if STANDINS not in sys.path:
-            return
-        sys.path.remove(STANDINS)
-        importlib.invalidate_caches()
-        for name, module in list(sys.modules.items()):
-            if (getattr(module, "__file__", None) or "").startswith(STANDINS):
-                del sys.modules[name]
+        if state["status"] == "failed":
+            exported.undo()
+        if state.get("emulator") != "started":
+            search_path.undo()
     except Exception as exc:
-        log.error("hpu_plugin: could not withdraw the emulator's stand-ins: %r", exc)
+        log.error("hpu_plugin: could not take back what activation changed: %r", exc)
+
+
+def _export_defaults(registry: Registry) -> list[str]:
+    """The ``hpu_prepare_environment`` hooks fill a copy of the environment; what they
+    changed is exported through ``patching.exported``, recorded so that :func:`_take_back`
+    can remove it and the diagnostics can tell it from the user's. Returns the names set."""
+    from hpu_plugin.patching import exported
+
+    proposed = dict(os.environ)
+    registry.prepare_environment(proposed)
+    changed = sorted(name for name, value in proposed.items() if os.environ.get(name) != value)
+    for name in changed:
+        exported.setenv(name, proposed[name])
+    for name in sorted(set(os.environ) - set(proposed)):
+        exported.unsetenv(name)
+    return changed
 
 
 def _activate() -> None:
@@ -168,9 +147,7 @@ def _activate() -> None:
     # The Gaudi software's own torch.backends entry point may have run before this one
     # (PyTorch does not order entry points); its runtime then read the environment first.
     initialised_first = real and "habana_frameworks.torch" in sys.modules
-    unset = {name for name in _DEFAULTED if name not in environ}
-    registry.prepare_environment(environ)
-    late = sorted(name for name in unset if name in environ)
+    late = _export_defaults(registry)
     if initialised_first and late:
         log.warning(
             "hpu_plugin: the Gaudi software initialised before hpu_plugin could set %s; the "

@@ -42,9 +42,10 @@ def _print_info(info: dict[str, Any]) -> None:
             "(backend replaced; logged at debug on the 'hpu_plugin' logger)"
         )
     patched = info["patched"]
-    if patched["hosts"] or patched["emulator"]:
+    if patched["hosts"] or patched["emulator"] or patched["environment"]:
         print(f"Patched: {len(patched['hosts'])} host attributes (reversible; --json lists "
-              f"them); emulator: {', '.join(patched['emulator']) or 'nothing'}")
+              f"them); emulator: {', '.join(patched['emulator']) or 'nothing'}; "
+              f"environment: {', '.join(patched['environment']) or 'nothing'}")
     plugins = info["plugins"]
     if "error" in plugins:
         print(f"\nPlugins: {plugins['error']}")

@@ -26,6 +26,12 @@ included, and mean something the host can use: each spec's meaning check is decl
 beside it with :func:`meaning`. The guard (:mod:`hpu_plugin.guard`) applies both; a
 failure is a plugin fault, reported and skipped like an exception, so the decision falls
 to the next implementation.
+
+No hook takes a device type. The hooks are asked only on behalf of one device, ``hpu``
+(Gaudi): the hosts call them at their HPU decision points and nowhere else, so a
+``device_type`` argument would always be ``"hpu"``, and a plugin's branch on it could never
+run or be tested. A plugin that also serves another accelerator decides that in its own
+code; ``DeviceProperties.device_type`` still names the torch device for the hosts.
 """
 
 from __future__ import annotations
@@ -92,6 +98,8 @@ def hpu_prepare_environment(environ: MutableMapping[str, str]) -> None:
     Called once, inside ``import torch``, before ``habana_frameworks.torch`` is imported.
     Every implementation is called. Set only what the user left unset
     (``environ.setdefault``): a value the user exported is theirs. Return value ignored.
+    ``environ`` is a copy of ``os.environ``: activation exports what the hooks changed
+    afterwards, recorded, and takes it back if the plugin ends failed.
     """
 
 
@@ -143,13 +151,13 @@ def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | No
 @meaning(_compile_backend_problem)
 @hookspec(firstresult=True)
 def hpu_compile_backend(
-    requested: CompileBackend | None, device_type: str
+    requested: CompileBackend | None
 ) -> CompileBackend | None:
     """Choose the ``torch.compile`` backend for one call.
 
     Called on every ``torch.compile`` call (and every ``@torch.compile`` decoration) while
     Gaudi is active. ``requested`` is what the caller passed (``None`` when they passed
-    nothing); ``device_type`` is the active accelerator. Return the backend to use, or
+    nothing). Return the backend to use, or
     ``None`` to keep ``requested``. May raise :class:`Refusal` when compiling cannot work
     (lazy mode). A backend other than ``requested`` is logged once per
     distinct requested backend by the host adapter.
@@ -157,8 +165,8 @@ def hpu_compile_backend(
 
 
 @hookspec(firstresult=True)
-def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
-    """Choose the collective backend of a distributed job on ``device_type``.
+def hpu_ddp_backend(requested: str | None) -> str | None:
+    """Choose the collective backend of a distributed job on Gaudi.
 
     Called when a host library is about to initialise a process group (Accelerate's
     ``PartialState``, Transformers' ``TrainingArguments``, ``init_process_group`` with
@@ -184,11 +192,10 @@ _MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
-    """A device map must place modules on the device type asked for, the CPU or disk."""
+    """A device map must place modules on an HPU, the CPU or disk."""
     import re
 
-    device_type = str(call.get("device_type", "hpu"))
-    allowed = {device_type, "cpu", "disk", "meta"}
+    allowed = {"hpu", "cpu", "disk", "meta"}
     if isinstance(value, str) and value in _MAP_STRATEGIES:
         return None
     entries = list(value.items()) if isinstance(value, dict) else [("", value)]
@@ -198,7 +205,7 @@ def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
         match = re.fullmatch(_DEVICE, str(where), re.ASCII)
         if match is None or match.group(1) not in allowed:
             return (f"its device map places {key or 'the model'!r} on {where!r}, which is "
-                    f"not a {device_type}, cpu or disk device")
+                    "not an hpu, cpu or disk device")
     return None
 
 
@@ -208,7 +215,6 @@ def hpu_quantization_device_map(
     method: str,
     bits: int,
     device_map: DeviceMap | None,
-    device_type: str,
     options: Mapping[str, Any],
 ) -> DeviceMap | None:
     """Place a quantized model.
@@ -234,10 +240,10 @@ def _buckets_problem(value: tuple[int, ...], call: Mapping[str, Any]) -> str | N
 
 @meaning(_buckets_problem)
 @hookspec(firstresult=True)
-def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[int, ...] | None:
+def hpu_shape_buckets(kind: str, limit: int | None) -> tuple[int, ...] | None:
     """The sizes a host pads a varying dimension up to, so a compiled graph sees few shapes.
 
-    Called by the host adapters before they run a compiled model on ``device_type`` with a
+    Called by the host adapters before they run a compiled model on Gaudi with a
     size that varies from call to call (``generate()``, ``pipeline()``, ``Trainer``), once
     per call and ``kind``: ``"length"`` (tokens of a prompt or of a training batch),
     ``"batch"`` (sequences generated together) or ``"cache"`` (length of a static
@@ -258,7 +264,7 @@ def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[i
 
 
 @hookspec(firstresult=True)
-def hpu_fast_path(name: str, device_type: str, context: Mapping[str, Any]) -> bool | None:
+def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     """Should one of Gaudi's fast paths replace the ordinary path here?
 
     Called by the host adapters where unchanged code could take a Gaudi fast path, once per

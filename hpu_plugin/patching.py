@@ -1,8 +1,15 @@
-"""Replacing attributes reversibly, everywhere a name was bound: every patch of the package.
+"""Every change the package makes to what it does not own, recorded and reversible.
 
-The host adapters and the emulator (``torch.manual_seed``, ``PATH``) both change objects they
-do not own; each change goes through a :class:`Patches`, so it is recorded (``made``) and
-undone in reverse order.
+The host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``), the Gaudi
+defaults activation exports (:data:`exported`) and the emulator's stand-ins on ``sys.path``
+(:data:`search_path`) all go through a :class:`Patches`: recorded (``made``, which
+``hpu-plugin info`` lists) and undone in reverse order by the one :meth:`Patches.undo`.
+Left outside, because the real Gaudi stack makes the same change itself and keeps it for
+the life of the process: ``HLS_MODULE_ID`` set by the emulated ``torch.hpu.set_device``, the
+rank variables, ``HLS_MODULE_ID`` and ``ID`` set by the emulated hccl's
+``initialize_distributed_hpu``, ``TORCHINDUCTOR_COMPILE_THREADS`` set by the stand-in
+``habana_frameworks.torch``, and the emulator's ``torch.hpu`` registration with its modules
+in ``sys.modules``.
 
 Host modules bind helpers by name when they are imported (``from .utils import
 is_torch_hpu_available``), so replacing the origin alone misses every module imported
@@ -13,10 +20,11 @@ the original object (an identity scan over ``sys.modules``).
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable, MutableMapping
-from importlib import metadata
 from typing import Any
 
 from hpu_plugin.reporting import say_once
@@ -27,6 +35,8 @@ stayed_out: dict[str, str] = {}
 
 
 def host_version(distribution: str) -> str:
+    from importlib import metadata  # not at the top: the ``.pth`` line imports this module
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -134,6 +144,33 @@ class Patches:
 
         self.on_undo(undo, what)
 
+    def setenv(self, name: str, value: str) -> None:
+        """``os.environ[name] = value``, restored (or removed again) on undo."""
+        self.set_item(os.environ, name, value, environ_entry(name))
+
+    def unsetenv(self, name: str) -> None:
+        """Remove ``os.environ[name]``; put back on undo."""
+        old = os.environ.pop(name, None)
+        if old is not None:
+            self.on_undo(lambda: os.environ.__setitem__(name, old), f"del {environ_entry(name)}")
+
+    def add_path(self, entry: str) -> None:
+        """Append ``entry`` to ``sys.path`` unless it is there. Undo removes it and forgets
+        the modules imported from it, so nothing is found or used there any more."""
+        if entry in sys.path:
+            return
+        sys.path.append(entry)
+
+        def undo() -> None:
+            if entry in sys.path:
+                sys.path.remove(entry)
+            importlib.invalidate_caches()
+            for name, module in list(sys.modules.items()):
+                if (getattr(module, "__file__", None) or "").startswith(entry):
+                    del sys.modules[name]
+
+        self.on_undo(undo, f"sys.path += {entry!r}")
+
     def replace_everywhere(
         self, original: Any, replacement: object, alias_scope: str | None = None
     ) -> list[str]:
@@ -167,3 +204,18 @@ class Patches:
         while self._undo:
             self._undo.pop()()
         self.made.clear()
+
+
+def environ_entry(name: str) -> str:
+    """How :meth:`Patches.setenv` names a variable in ``made``."""
+    return f"os.environ[{name!r}]"
+
+
+#: The Gaudi defaults activation exported (what the ``hpu_prepare_environment`` hooks
+#: added): taken back when the plugin ends failed, so they never reach child processes as
+#: if the user had set them; the diagnostics tell the user's settings from ours by it.
+exported = Patches()
+#: The emulator's stand-ins for ``habana_frameworks`` on ``sys.path`` (the ``.pth`` line or
+#: the emulator's start adds them): withdrawn when the emulator does not run, or hosts that
+#: find ``habana_frameworks`` take their Gaudi branches into a device that is not there.
+search_path = Patches()

@@ -231,12 +231,13 @@ class Registry:
     def device_properties(self) -> hookspecs.DeviceProperties | None:
         return self.pm.hook.hpu_device_properties() if self.device_available() else None
 
-    def compile_backend(self, requested: hookspecs.CompileBackend | None, device_type: str
-                        ) -> hookspecs.CompileBackend | None:
-        return self.pm.hook.hpu_compile_backend(requested=requested, device_type=device_type)
+    def compile_backend(
+        self, requested: hookspecs.CompileBackend | None
+    ) -> hookspecs.CompileBackend | None:
+        return self.pm.hook.hpu_compile_backend(requested=requested)
 
-    def ddp_backend(self, requested: str | None, device_type: str) -> str | None:
-        return self.pm.hook.hpu_ddp_backend(requested=requested, device_type=device_type)
+    def ddp_backend(self, requested: str | None) -> str | None:
+        return self.pm.hook.hpu_ddp_backend(requested=requested)
 
     def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins
@@ -250,22 +251,18 @@ class Registry:
         return facts
 
     def quantization_device_map(
-        self, method: str, bits: int, device_map: hookspecs.DeviceMap | None, device_type: str,
+        self, method: str, bits: int, device_map: hookspecs.DeviceMap | None,
         options: Mapping[str, Any] | None = None,
     ) -> hookspecs.DeviceMap | None:
         return self.pm.hook.hpu_quantization_device_map(
-            method=method, bits=bits, device_map=device_map, device_type=device_type,
-            options=dict(options or {}))
+            method=method, bits=bits, device_map=device_map, options=dict(options or {}))
 
-    def shape_buckets(self, kind: str, device_type: str, limit: int | None
-                      ) -> tuple[int, ...] | None:
-        return self.pm.hook.hpu_shape_buckets(kind=kind, device_type=device_type, limit=limit)
+    def shape_buckets(self, kind: str, limit: int | None) -> tuple[int, ...] | None:
+        return self.pm.hook.hpu_shape_buckets(kind=kind, limit=limit)
 
-    def fast_path(self, name: str, device_type: str, context: Mapping[str, Any]) -> bool:
+    def fast_path(self, name: str, context: Mapping[str, Any]) -> bool:
         """Take Gaudi's fast path ``name``? Nobody's opinion means no."""
-        result: bool | None = self.pm.hook.hpu_fast_path(
-            name=name, device_type=device_type, context=dict(context)
-        )
+        result: bool | None = self.pm.hook.hpu_fast_path(name=name, context=dict(context))
         return bool(result)
 
     # -- introspection ---------------------------------------------------------------------

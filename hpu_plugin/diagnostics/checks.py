@@ -80,14 +80,15 @@ def check_activation(doctor: Doctor) -> list[Finding]:
 def check_variables(doctor: Doctor) -> list[Finding]:
     """Each Gaudi variable parses; ``HABANA_VISIBLE_DEVICES`` only warns (it is read at
     ``docker run``, not by the process)."""
-    from hpu_plugin.gaudi import environment, hlsmi, visibility
+    from hpu_plugin import machine
+    from hpu_plugin.gaudi import environment, visibility
 
     environ = doctor.environ
     parsers: list[tuple[str, Callable[[], object]]] = [
         ("HABANA_VISIBLE_MODULES", lambda: visibility.visible_modules(environ)),
         ("HABANA_VISIBLE_DEVICES", lambda: visibility.visible_devices(environ)),
         ("HLS_MODULE_ID", lambda: visibility.parse_module_id(environ.get("HLS_MODULE_ID"))),
-        ("HPU_PLUGIN_HLSMI_TIMEOUT", hlsmi.default_timeout),
+        ("HPU_PLUGIN_HLSMI_TIMEOUT", machine.default_timeout),
         ("PT_HPU_LAZY_MODE", lambda: environment.parse_lazy_mode(environ.get("PT_HPU_LAZY_MODE"))),
         (
             "PT_ENABLE_INT64_SUPPORT",

@@ -9,7 +9,7 @@ from typing import Any
 from hpu_plugin import __version__
 from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi import migration
-from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
+from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
 
 
 def _decide(call: Callable[[], Any]) -> str:
@@ -48,22 +48,22 @@ def _decisions(registry: Any) -> tuple[bool, dict[str, str]]:
         return False, decisions
     decisions["hpu_device_properties"] = _decide(registry.device_properties)
     decisions["hpu_compile_backend(None)"] = _decide(
-        lambda: registry.compile_backend(None, DEVICE_TYPE)
+        lambda: registry.compile_backend(None)
     )
     decisions["hpu_compile_backend('inductor')"] = _decide(
-        lambda: registry.compile_backend("inductor", DEVICE_TYPE)
+        lambda: registry.compile_backend("inductor")
     )
-    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None, DEVICE_TYPE))
+    decisions["hpu_ddp_backend(None)"] = _decide(lambda: registry.ddp_backend(None))
     if migration.loaded():  # CUDA scripts name nccl: what the toolkit will run it as
         decisions["hpu_ddp_backend('nccl')"] = _decide(
-            lambda: registry.ddp_backend("nccl", DEVICE_TYPE)
+            lambda: registry.ddp_backend("nccl")
         )
     decisions["hpu_quantization_device_map(bitsandbytes, 4, None)"] = _decide(
-        lambda: registry.quantization_device_map("bitsandbytes", 4, None, DEVICE_TYPE)
+        lambda: registry.quantization_device_map("bitsandbytes", 4, None)
     )
     for kind in ("length", "batch", "cache"):
         decisions[f"hpu_shape_buckets({kind}, 4096)"] = _decide(
-            lambda kind=kind: registry.shape_buckets(kind, DEVICE_TYPE, 4096)
+            lambda kind=kind: registry.shape_buckets(kind, 4096)
         )
     return True, decisions
 
@@ -94,7 +94,7 @@ def _fast_paths(registry: Any) -> dict[str, dict[str, str]]:
     return {
         path.name: {
             "state": _decide(lambda path=path: "on" if registry.fast_path(
-                path.name, DEVICE_TYPE, {}) else "off").strip("'"),
+                path.name, {}) else "off").strip("'"),
             "setting": path.setting, "replaces": path.replaces, "by": path.by,
             "kernel": "present" if _present(path.needs) else f"missing ({path.needs})",
         }
@@ -111,13 +111,18 @@ def _import_time_compiles() -> int:
 
 def _patched() -> dict[str, list[str]]:
     """What the plugin changed outside itself in this process, through ``Patches``: the
-    host adapters' attributes and the emulator's (``torch.manual_seed``, ``PATH``)."""
+    host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``, its stand-ins
+    on ``sys.path``) and the Gaudi defaults activation exported."""
+    from hpu_plugin.patching import exported, search_path
+
     hosts = sys.modules.get("hpu_plugin.hosts")
     runtime = sys.modules.get("hpu_plugin.emulation.runtime")
     toolkit = sys.modules.get("hpu_plugin.emulation.gpu_migration")
     return {
         "hosts": hosts.patched() if hosts is not None else [],
-        "emulator": list(runtime.patches.made) if runtime is not None else [],
+        "emulator": list(search_path.made)
+        + (list(runtime.patches.made) if runtime is not None else []),
+        "environment": list(exported.made),
         "gpu_migration": list(toolkit.patches.made) if toolkit is not None else [],
     }
 

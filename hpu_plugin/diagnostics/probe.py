@@ -63,7 +63,7 @@ def import_torch() -> dict[str, str]:
     if gaudi_expected() and "torch" not in sys.modules:
         with _reported_once(lambda: state.get("reason", "")):
             try:
-                import torch  # noqa: F401  runs hpu_plugin.activation.autoload
+                import torch  # noqa: F401  runs hpu_plugin.autoload
             except Exception as exc:  # report, do not crash the diagnostic
                 return {"status": "failed", "reason": f"import torch failed: {exc!r}"}
     return dict(state)
@@ -128,26 +128,27 @@ def mode_text(environ: Mapping[str, str]) -> str:
     """Lazy or eager, and who chose it; "none" without Gaudi (no default was applied)."""
     if not gaudi_expected():
         return "none (no Gaudi software, no emulation requested)"
-    from hpu_plugin.gaudi.environment import APPLIED, LAZY_MODE
+    from hpu_plugin.gaudi.environment import LAZY_MODE
     from hpu_plugin.gaudi.errors import GaudiConfigError
     from hpu_plugin.gaudi.modes import mode
+    from hpu_plugin.patching import environ_entry, exported
 
     try:
         name = mode(environ).name
     except GaudiConfigError as exc:
         return f"invalid: {exc}"
-    ours = LAZY_MODE in APPLIED or LAZY_MODE not in os.environ
+    ours = environ_entry(LAZY_MODE) in exported.made or LAZY_MODE not in os.environ
     by = "set by hpu-plugin" if ours else "set by the user"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
 
 
 def query_hlsmi(fields: Sequence[str]) -> Any:
-    """``hlsmi.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
+    """``machine.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
     report, not a traceback; doctor also lists it as a finding with its fix)."""
-    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin import machine
     from hpu_plugin.gaudi.errors import GaudiConfigError
 
     try:
-        return hlsmi.query(fields)
+        return machine.query(fields)
     except GaudiConfigError as exc:
-        return hlsmi.HlSmiQuery(None, reason=str(exc))
+        return machine.HlSmiQuery(None, reason=str(exc))

@@ -8,12 +8,12 @@ no torch.distributed eagerly. It imports the parts it starts; they share state t
 from __future__ import annotations
 
 import atexit
-import sys
 import time
 
 from hpu_plugin.emulation import config, runtime
 from hpu_plugin.emulation.errors import EmulationError
 from hpu_plugin.gaudi.software import real_gaudi_installed
+from hpu_plugin.patching import search_path
 
 
 def start() -> None:
@@ -50,8 +50,7 @@ def start() -> None:
     from hpu_plugin.emulation import lazy
 
     lazy.start()
-    if str(runtime.STANDINS) not in sys.path:
-        sys.path.append(str(runtime.STANDINS))
+    search_path.add_path(str(runtime.STANDINS))
     _install_hlsmi_shim()
     from hpu_plugin.emulation import dynamo
 

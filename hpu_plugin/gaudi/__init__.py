@@ -1,16 +1,17 @@
 """Facts about Gaudi hardware and its software stack, mostly as pure functions.
 
 Nothing here imports torch, a host library or a plugin: the plugins and the emulator both
-ask these rules, so what the emulator allows is what Gaudi allows. Two parts are not pure:
-``environment.APPLIED`` records the defaults the plugin exported in this process, and
-``hlsmi.query`` runs ``hl-smi`` in a subprocess.
+ask these rules, so what the emulator allows is what Gaudi allows. All of it is pure: what
+reads the machine or the process (running ``hl-smi``, the job check with its answer) is
+``hpu_plugin.machine``; what the plugin changes is recorded in ``hpu_plugin.patching``.
 
 - ``visibility``   ``HABANA_VISIBLE_MODULES`` / ``HABANA_VISIBLE_DEVICES`` / ``HLS_MODULE_ID``
-- ``hlsmi``        ``hl-smi -Q ... -f csv``: parser, formatter (for the emulator), runner
+- ``hlsmi``        ``hl-smi -Q ... -f csv``: parser, formatter (for the emulator)
 - ``selection``    a job's devices: group sizes and module-id combinations, one process per
                    device, the module each local rank takes. Entry point for hosts:
                    ``check_distributed_job(environ, world_size, local_world_size, local_rank,
-                   host_modules) -> JobPlacement`` (or ``check_this_process(environ)``)
+                   host_modules) -> JobPlacement`` (``machine.check_this_process(environ)`` adds
+                   this host's ``hl-smi`` map)
 - ``generations``  GAUDI / GAUDI2 / GAUDI3 and what each supports (dtypes, int64, bitsandbytes)
 - ``modes``        lazy and eager, and what each allows (``torch.compile`` needs eager)
 - ``environment``  the defaults the plugin applies where the user set nothing

@@ -3,7 +3,6 @@ parsers of the Gaudi switches they concern."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, MutableMapping
 
 from hpu_plugin import settings
@@ -28,20 +27,15 @@ class EnvironmentValueError(GaudiConfigError):
     """A Gaudi switch holds a value the Gaudi software would misread."""
 
 
-#: What :func:`apply_defaults` set in this process's ``os.environ``, so that diagnostics can
-#: tell the user's settings from ours after the fact.
-APPLIED: dict[str, str] = {}
-
-
 def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """Set each default the user left unset; return what was set."""
+    """Set each default the user left unset in ``environ``; return what was set. Activation
+    hands the hooks a copy of ``os.environ`` and exports the result through
+    ``patching.exported``, which records it."""
     applied = {}
     for name, value in DEFAULTS.items():
         if name not in environ:
             environ[name] = value
             applied[name] = value
-    if environ is os.environ:
-        APPLIED.update(applied)
     return applied
 
 

@@ -141,7 +141,7 @@ def check_distributed_job(
     (or another :class:`GaudiConfigError`) naming the variable, its value and the fix.
 
     ``host_modules`` is what ``hl-smi`` shows: the index-to-module-id map
-    (:func:`hpu_plugin.gaudi.hlsmi.index_module_map`; lets the error translate indices given
+    (:func:`hpu_plugin.machine.index_module_map`; lets the error translate indices given
     as module ids) or just the module ids, or ``None`` when unknown.
     """
     _check_launch(world_size, local_world_size, local_rank)
@@ -433,16 +433,3 @@ def check_job_from_environ(
     if job is None:
         return None
     return check_distributed_job(environ, *job, host_modules=host_modules)
-
-
-def check_this_process(environ: Mapping[str, str]) -> JobPlacement | None:
-    """:func:`check_job_from_environ` with this host's ``hl-smi`` map (asked once per process).
-
-    The entry point for the plugins and host adapters: ``None`` outside a launcher, a
-    placement (whose ``warnings`` the caller logs) or a :class:`GaudiConfigError`.
-    """
-    if job_from_environ(environ) is None:
-        return None
-    from hpu_plugin.gaudi.hlsmi import cached_index_module_map
-
-    return check_job_from_environ(environ, cached_index_module_map())

@@ -93,7 +93,7 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
     ) -> tuple[str | None, Any]:
         chosen_backend, distributed_type = original(self, cpu, sagemaker_dp, backend)
         if distributed_type == multi_hpu:
-            chosen = registry.ddp_backend(backend, DEVICE_TYPE)
+            chosen = registry.ddp_backend(backend)
             if backend is None and chosen is not None:
                 chosen_backend = chosen
         return chosen_backend, distributed_type

@@ -100,7 +100,7 @@ def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable
         fits = _fits(query, key, value, attention_mask, dropout, kwargs)
         fused = _fused_sdpa() if fits else None
         if fused is None or not registry.fast_path(
-                "fused_sdpa", DEVICE_TYPE, {"model": type(module).__name__}):
+                "fused_sdpa", {"model": type(module).__name__}):
             return original(module, query, key, value, attention_mask, dropout=dropout,
                             scaling=scaling, is_causal=is_causal, **kwargs)
         return fused_attention(fused, module, query, key, value, attention_mask, scaling,
@@ -165,7 +165,7 @@ def fuse_norms(registry: Registry, model: Any) -> int:
     norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
              and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
-    if norms and registry.fast_path("fused_rms_norm", DEVICE_TYPE,
+    if norms and registry.fast_path("fused_rms_norm",
                                     {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
             norm.forward = types.MethodType(ours(fused_rms_forward), norm)

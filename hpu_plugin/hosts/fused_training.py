@@ -184,7 +184,7 @@ def fuse(registry: Registry, optimizer: Any) -> bool:
         return True
     kind = _fits(optimizer)
     if kind is None or not registry.fast_path(
-            "fused_optimizer", DEVICE_TYPE, {"optimizer": type(optimizer).__name__}):
+            "fused_optimizer", {"optimizer": type(optimizer).__name__}):
         return False
     original = optimizer.step
     fused = STEPS[kind]
@@ -285,7 +285,7 @@ def install_clip(registry: Registry, patches: Patches, module: types.ModuleType)
     def clip_grad_norm_(self: Any, parameters: Any, max_norm: float, norm_type: float = 2) -> Any:
         kind = str(getattr(self.distributed_type, "value", self.distributed_type))
         if kind in plain and float(norm_type) == 2.0 and registry.fast_path(
-                "fused_clip_norm", DEVICE_TYPE, {"distributed_type": kind}):
+                "fused_clip_norm", {"distributed_type": kind}):
             parameters = list(parameters)
             grads = clip_grads(parameters)
             if grads is not None:

@@ -37,7 +37,6 @@ from typing import Any
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi.fast_paths import GRAPHS_MAX, GRAPHS_MAX_DEFAULT
-from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -100,7 +99,7 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
         return None
     model_type = getattr(getattr(model, "config", None), "model_type", "")
-    if not registry.fast_path(NAME, DEVICE_TYPE, {"model": model_type, "mode": mode}):
+    if not registry.fast_path(NAME, {"model": model_type, "mode": mode}):
         return None
     return mode
 

@@ -143,9 +143,9 @@ def visible_module_ids(device_count: int) -> tuple[int, ...]:
     listed = visibility.visible_modules(os.environ)
     if listed is not None:
         return listed
-    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin import machine
 
-    answer = hlsmi.query(hlsmi.INDEX_MODULE_FIELDS)
+    answer = machine.query()  # index and module_id
     rows = answer.rows or []
     by_index = {
         int(row["index"]): int(row["module_id"]) for row in rows

@@ -100,7 +100,7 @@ def max_positions(model: Any) -> int | None:
 def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
     """The registry's buckets (the guard refuses, naming the plugin, any that are not
     ascending positive sizes); none when no plugin has an opinion."""
-    return registry.shape_buckets(kind, DEVICE_TYPE, limit) or ()
+    return registry.shape_buckets(kind, limit) or ()
 
 
 # -- the compilation counter ----------------------------------------------------------------

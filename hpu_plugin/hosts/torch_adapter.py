@@ -81,7 +81,7 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
 
             return decorate
         requested = kwargs.get("backend")
-        chosen = registry.compile_backend(requested, DEVICE_TYPE)
+        chosen = registry.compile_backend(requested)
         if chosen is None or chosen is requested or chosen == requested:
             return original(*args, **kwargs)
         kwargs["backend"] = chosen
@@ -148,7 +148,7 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
     @functools.wraps(original)
     def init_process_group(*args: Any, **kwargs: Any) -> Any:
         requested = args[0] if args else kwargs.get("backend")
-        chosen = registry.ddp_backend(requested, DEVICE_TYPE)
+        chosen = registry.ddp_backend(requested)
         if requested is None and chosen is not None:
             if args:
                 args = (chosen, *args[1:])

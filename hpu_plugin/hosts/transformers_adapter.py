@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook
-from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts import transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
@@ -139,7 +138,7 @@ def install_training_args(registry: Registry, patches: Patches, module: types.Mo
             from transformers.utils import import_utils
 
             if import_utils.is_torch_hpu_available():
-                chosen = registry.compile_backend(None, DEVICE_TYPE)
+                chosen = registry.compile_backend(None)
                 if isinstance(chosen, str):
                     self.torch_compile_backend = chosen
         original(self)
@@ -208,7 +207,7 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
     def update_device_map(self: Any, device_map: Any) -> Any:
         if registry.device_available():
             chosen = registry.quantization_device_map(
-                "bitsandbytes", bits, device_map, DEVICE_TYPE,
+                "bitsandbytes", bits, device_map,
                 options=bnb_options(getattr(self, "quantization_config", None), bits),
             )
             if device_map is None and chosen is not None:

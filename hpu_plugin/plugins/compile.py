@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from hpu_plugin.gaudi.modes import EAGER, check_compile
-from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import CompileBackend, hookimpl
 
 SUPPORTED = EAGER.compile_backends
@@ -18,10 +17,8 @@ SUPPORTED = EAGER.compile_backends
 
 @hookimpl
 def hpu_compile_backend(
-    requested: CompileBackend | None, device_type: str
+    requested: CompileBackend | None
 ) -> CompileBackend | None:
-    if device_type != DEVICE_TYPE:
-        return None
     check_compile(os.environ)  # lazy mode: a Refusal naming PT_HPU_LAZY_MODE and the fix
     if callable(requested) or requested in SUPPORTED:
         return None  # the caller's own backend function, or one Gaudi supports

@@ -15,9 +15,8 @@ from collections.abc import Mapping
 
 from hpu_plugin.gaudi import preflight
 from hpu_plugin.gaudi.environment import INT64, LAZY_MODE
-from hpu_plugin.gaudi.selection import check_this_process
-from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal, hookimpl
+from hpu_plugin.machine import check_this_process
 
 log = logging.getLogger("hpu_plugin")
 
@@ -26,9 +25,7 @@ FOREIGN = {"nccl": "NVIDIA GPUs", "xccl": "Intel GPUs", "hccl_npu": "Ascend NPUs
 
 
 @hookimpl
-def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
-    if device_type != DEVICE_TYPE:
-        return None
+def hpu_ddp_backend(requested: str | None) -> str | None:
     if requested in FOREIGN:
         raise Refusal(
             f"backend {requested!r} is for {FOREIGN[requested]} and cannot run on Gaudi (hpu): "

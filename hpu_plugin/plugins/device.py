@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping, MutableMapping
 
 from hpu_plugin.gaudi.environment import apply_defaults
-from hpu_plugin.gaudi.selection import check_this_process
 from hpu_plugin.hookspecs import DeviceProperties, hookimpl
+from hpu_plugin.machine import check_this_process
 
 log = logging.getLogger("hpu_plugin")
 

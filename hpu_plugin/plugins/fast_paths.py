@@ -38,7 +38,7 @@ def enabled(name: str, environ: Mapping[str, str]) -> bool:
 
 
 @hookimpl
-def hpu_fast_path(name: str, device_type: str, context: Mapping[str, Any]) -> bool | None:
-    if device_type != "hpu" or name not in BY_NAME:
+def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
+    if name not in BY_NAME:
         return None
     return enabled(name, os.environ)

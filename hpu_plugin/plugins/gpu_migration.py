@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hpu_plugin.gaudi import migration
-from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import hookimpl
 
 #: The job fact every rank must share: a rank with the toolkit and one without would
@@ -23,8 +22,8 @@ FACT = "GPU Migration Toolkit"
 
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
-    if device_type != DEVICE_TYPE or requested is None or not migration.loaded():
+def hpu_ddp_backend(requested: str | None) -> str | None:
+    if requested is None or not migration.loaded():
         return None
     return migration.DISTRIBUTED.get(requested)  # nccl: the toolkit runs it as hccl
 

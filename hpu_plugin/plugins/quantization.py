@@ -127,9 +127,9 @@ def decide(
 
 @hookimpl
 def hpu_quantization_device_map(
-    method: str, device_map: DeviceMap | None, device_type: str
+    method: str, device_map: DeviceMap | None
 ) -> DeviceMap | None:
-    if device_type != "hpu" or method != METHOD:
+    if method != METHOD:
         return None
     import torch
 
@@ -141,17 +141,15 @@ def refuse_unrunnable_placement(
     method: str,
     bits: int,
     device_map: DeviceMap | None,
-    device_type: str,
     options: Mapping[str, Any],
 ) -> Generator[None, DeviceMap | None, DeviceMap | None]:
     """Checks the final answer, whichever plugin gave it: a third party's placement
     (``tryfirst``) must not bypass what Gaudi cannot run."""
     placed = yield
-    if device_type == "hpu":
-        import torch
+    import torch
 
-        refuse_what_hpu_cannot_run(
-            method, bits, device_map if placed is None else placed,
-            torch.hpu.get_device_name(), options,
-        )
+    refuse_what_hpu_cannot_run(
+        method, bits, device_map if placed is None else placed,
+        torch.hpu.get_device_name(), options,
+    )
     return placed

@@ -58,7 +58,7 @@ def buckets(kind: str, limit: int | None, environ: Mapping[str, str]) -> tuple[i
 
 
 @hookimpl
-def hpu_shape_buckets(kind: str, device_type: str, limit: int | None) -> tuple[int, ...] | None:
-    if device_type != "hpu" or kind not in KINDS:
+def hpu_shape_buckets(kind: str, limit: int | None) -> tuple[int, ...] | None:
+    if kind not in KINDS:
         return None
     return buckets(kind, limit, os.environ)

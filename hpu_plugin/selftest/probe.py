@@ -19,9 +19,9 @@ FIELDS = ("index", "module_id", "name", "memory.total", "memory.used", "driver_v
 
 
 def _hlsmi() -> dict[str, Any]:
-    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin import machine
 
-    answer = hlsmi.query(FIELDS)
+    answer = machine.query(FIELDS)
     result: dict[str, Any] = {"rows": answer.rows, "reason": answer.reason,
                               "missing": answer.missing}
     path = shutil.which("hl-smi")

@@ -1,6 +1,7 @@
-"""What ``import torch`` loads of the plugin: on a machine without Gaudi, the package and its
-activation module only (every further module is time on every ``import torch``); with
-emulation, the entry point and the ``.pth`` line still start everything."""
+"""What ``import torch`` loads of the plugin: on a machine without Gaudi, the package root only
+(its ``autoload`` answers that case; every further module is about 0.2 ms on every
+``import torch``); otherwise the root hands over to ``activation``, and with emulation the
+entry point and the ``.pth`` line still start everything."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from processes import emulated, run_python, scrubbed
 PROBE = """
 import json, sys
 import torch
-from hpu_plugin import activation
+modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
+from hpu_plugin import state
+from hpu_plugin.patching import exported, search_path
 print(json.dumps({
-    "modules": sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin"),
-    "status": activation.state["status"], "reason": activation.state["reason"],
+    "modules": modules, "status": state["status"], "reason": state["reason"],
+    "exported": exported.made, "search_path": search_path.made,
     "hpu": hasattr(torch, "hpu") and torch.hpu.is_available(),
 }))
 """
@@ -26,18 +29,20 @@ def _probe(env: dict[str, str]) -> dict[str, object]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_without_gaudi_import_torch_loads_only_the_package_and_its_activation() -> None:
+def test_without_gaudi_import_torch_loads_only_the_package_root() -> None:
     result = _probe(scrubbed())
-    assert result["modules"] == ["hpu_plugin", "hpu_plugin.activation"]
-    # The entry point did run (it is what loaded activation), and said why it is off.
+    assert result["modules"] == ["hpu_plugin"]
+    # The entry point did run (it is what loaded the package), and said why it is off.
     assert (result["status"], result["reason"]) == (
         "skipped", "no Gaudi software and no emulation requested")
     assert result["hpu"] is False
+    assert (result["exported"], result["search_path"]) == ([], [])
 
 
 @pytest.mark.parametrize("value", ["0", "off"])
 def test_emulation_switched_off_takes_the_parsed_path_to_the_same_answer(value: str) -> None:
     result = _probe(scrubbed(HPU_PLUGIN_EMULATE=value))
+    assert "hpu_plugin.activation" in result["modules"]  # type: ignore[operator]
     assert (result["status"], result["reason"]) == (
         "skipped", "no Gaudi software and no emulation requested")
     assert result["hpu"] is False
@@ -47,6 +52,11 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     result = _probe(emulated())
     assert (result["status"], result["reason"]) == ("active", "emulated Gaudi")
     assert result["hpu"] is True
+    # What it changed in the process is recorded in the Patches that take it back.
+    assert result["exported"] == [
+        "os.environ['PT_ENABLE_INT64_SUPPORT']", "os.environ['PT_HPU_LAZY_MODE']"]
+    assert len(result["search_path"]) == 1  # type: ignore[arg-type]
+    assert "standins" in result["search_path"][0]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
     assert {"hpu_plugin.emulation", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
 

@@ -242,11 +242,11 @@ def test_hanging_hlsmi_does_not_hang_the_command(tmp_path):
     tool = folder / "hl-smi"
     tool.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(600)\n")
     tool.chmod(0o755)
-    from hpu_plugin.gaudi import hlsmi
+    from hpu_plugin import machine
 
     env = clean_env([folder], HPU_PLUGIN_HLSMI_TIMEOUT="1")
-    done = run("devices", "--json", env=env, timeout=hlsmi.TIMEOUT + 60)
+    done = run("devices", "--json", env=env, timeout=machine.TIMEOUT + 60)
     assert done.returncode == 0
     assert json.loads(done.stdout)["devices"] == []
-    doctor = run("doctor", env=env, timeout=hlsmi.TIMEOUT + 60)
+    doctor = run("doctor", env=env, timeout=machine.TIMEOUT + 60)
     assert doctor.returncode == 0 and "did not answer in 1 s" in doctor.stdout

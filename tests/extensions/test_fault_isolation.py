@@ -42,7 +42,7 @@ FAULTS = {
         from hpu_plugin.hookspecs import hookimpl
 
         @hookimpl(tryfirst=True)
-        def hpu_ddp_backend(requested, device_type):
+        def hpu_ddp_backend(requested):
             return None
         """, "more than HPU_PLUGIN_IMPORT_BUDGET=1"),
     "raise": ("""
@@ -53,7 +53,7 @@ FAULTS = {
             raise ZeroDivisionError("plugin broken in a hook")
 
         @hookimpl(tryfirst=True)
-        def hpu_ddp_backend(requested, device_type):
+        def hpu_ddp_backend(requested):
             raise ZeroDivisionError("plugin broken in a hook")
         """, "ZeroDivisionError('plugin broken in a hook')"),
     "wrong-type": ("""

@@ -46,7 +46,7 @@ def test_compile_policy_changes_the_backend_and_can_be_switched_off(installed_ex
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.strip().splitlines()[-1] == "6.0"
     assert _decisions(log) == [{
-        "hook": "hpu_compile_backend", "device_type": "hpu", "requested": None,
+        "hook": "hpu_compile_backend", "requested": None,
         "decided": "hpu_backend", "final": "eager",
     }]
     assert "'eager'" in done.stderr  # the host adapter's one warning names the backend used

@@ -54,8 +54,8 @@ FATAL_IMPORTS: dict[str, str] = {
 #: Every hook form times every exception is covered in-process by test_hook_forms.py; these
 #: hold the promise where the issue saw it broken: torch.compile, init_process_group, the
 #: device check and the environment step inside import torch.
-_COMPILE = "hpu_compile_backend(requested, device_type)"
-_DDP = "hpu_ddp_backend(requested, device_type)"
+_COMPILE = "hpu_compile_backend(requested)"
+_DDP = "hpu_ddp_backend(requested)"
 _AVAIL = "hpu_device_available()"
 _ENVIRON = "hpu_prepare_environment(environ)"
 HOOK_FAULTS: dict[str, tuple[str, str, str]] = {

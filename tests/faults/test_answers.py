@@ -9,8 +9,8 @@ import pytest
 
 from hpu_plugin.registry import Registry, Selection
 
-QUANT = "hpu_quantization_device_map(method, bits, device_map, device_type, options)"
-COMPILE = "hpu_compile_backend(requested, device_type)"
+QUANT = "hpu_quantization_device_map(method, bits, device_map, options)"
+COMPILE = "hpu_compile_backend(requested)"
 
 
 def _registry(site, signature: str, answer: object) -> Registry:
@@ -23,7 +23,7 @@ def _registry(site, signature: str, answer: object) -> Registry:
 
 
 def _quant(registry: Registry) -> object:
-    return registry.quantization_device_map("bitsandbytes", 4, None, "hpu")
+    return registry.quantization_device_map("bitsandbytes", 4, None)
 
 
 def _refusals(caplog) -> list[str]:
@@ -55,7 +55,7 @@ def test_possible_device_map_is_kept(site, caplog, answer):
 @pytest.mark.parametrize("answer", ["bogus", "", "inductorr"])
 def test_unknown_compile_backend_is_refused_naming_the_plugin(site, caplog, answer):
     registry = _registry(site, COMPILE, answer)
-    assert registry.compile_backend(None, "hpu") == "hpu_backend"  # the next plugin's answer
+    assert registry.compile_backend(None) == "hpu_backend"  # the next plugin's answer
     [message] = _refusals(caplog)
     assert "answer-dist 0.3" in message and "compile backend" in message
 
@@ -63,5 +63,5 @@ def test_unknown_compile_backend_is_refused_naming_the_plugin(site, caplog, answ
 @pytest.mark.parametrize("answer", ["eager", "hpu_backend", "aot_eager"])
 def test_known_compile_backend_is_kept(site, caplog, answer):
     registry = _registry(site, COMPILE, answer)
-    assert registry.compile_backend(None, "hpu") == answer
+    assert registry.compile_backend(None) == answer
     assert not _refusals(caplog)

@@ -23,8 +23,14 @@ HEADER = "from hpu_plugin.hookspecs import DeviceProperties, hookimpl\n\n"
 FIX = "HPU_PLUGIN_DISABLE=odd-dist:odd"
 
 
-def _registry(site) -> Registry:
-    registry = Registry(Selection())
+#: The first-party plugins that answer ``hpu_ddp_backend`` first: turned off for a plain or
+#: trylast third-party form (asked after them), so that form is asked at all.
+ANSWERING = frozenset({"ddp", "gpu_migration"})
+ASKED_LAST = ("plain", "trylast")
+
+
+def _registry(site, form: str = "tryfirst") -> Registry:
+    registry = Registry(Selection(disabled=ANSWERING if form in ASKED_LAST else frozenset()))
     registry.load_entry_points(site.entry_points())
     return registry
 
@@ -41,21 +47,21 @@ BAD_ANSWERS = {
     "facts_key": ("hpu_job_facts(environ)", "{1: 'a'}", "facts"),
     "facts_none_value": ("hpu_job_facts(environ)", "{'x': None}", "facts"),
     "facts_list": ("hpu_job_facts(environ)", "['a']", "facts"),
-    "buckets_descending": ("hpu_shape_buckets(kind, device_type, limit)", "(512, 64, 8)",
+    "buckets_descending": ("hpu_shape_buckets(kind, limit)", "(512, 64, 8)",
                            "buckets"),
-    "buckets_zero": ("hpu_shape_buckets(kind, device_type, limit)", "(0, 8)", "buckets"),
-    "buckets_negative": ("hpu_shape_buckets(kind, device_type, limit)", "(-1,)", "buckets"),
-    "buckets_repeated": ("hpu_shape_buckets(kind, device_type, limit)", "(8, 8)", "buckets"),
-    "buckets_text": ("hpu_shape_buckets(kind, device_type, limit)", "('8',)", "buckets"),
-    "buckets_float": ("hpu_shape_buckets(kind, device_type, limit)", "(1.5,)", "buckets"),
-    "buckets_list": ("hpu_shape_buckets(kind, device_type, limit)", "[8, 16]", "buckets"),
+    "buckets_zero": ("hpu_shape_buckets(kind, limit)", "(0, 8)", "buckets"),
+    "buckets_negative": ("hpu_shape_buckets(kind, limit)", "(-1,)", "buckets"),
+    "buckets_repeated": ("hpu_shape_buckets(kind, limit)", "(8, 8)", "buckets"),
+    "buckets_text": ("hpu_shape_buckets(kind, limit)", "('8',)", "buckets"),
+    "buckets_float": ("hpu_shape_buckets(kind, limit)", "(1.5,)", "buckets"),
+    "buckets_list": ("hpu_shape_buckets(kind, limit)", "[8, 16]", "buckets"),
     "props_count_text": ("hpu_device_properties()",
                          "DeviceProperties('hpu', '2', 0, 'GAUDI2')", "props"),
-    "compile_number": ("hpu_compile_backend(requested, device_type)", "5", "compile"),
-    "compile_unknown": ("hpu_compile_backend(requested, device_type)", "'bogus'", "compile"),
-    "map_other_device": ("hpu_quantization_device_map(method, bits, device_map, device_type)",
+    "compile_number": ("hpu_compile_backend(requested)", "5", "compile"),
+    "compile_unknown": ("hpu_compile_backend(requested)", "'bogus'", "compile"),
+    "map_other_device": ("hpu_quantization_device_map(method, bits, device_map)",
                          "{'': 'cuda:0'}", "map"),
-    "map_key": ("hpu_quantization_device_map(method, bits, device_map, device_type)",
+    "map_key": ("hpu_quantization_device_map(method, bits, device_map)",
                 "{1: 'hpu'}", "map"),
     "available_text": ("hpu_device_available()", "'yes'", "available"),
 }
@@ -72,9 +78,9 @@ def _ask(registry: Registry, how: str) -> object:
         registry._available = True
         return registry.device_properties()
     if how == "compile":
-        return registry.compile_backend(None, "hpu")
+        return registry.compile_backend(None)
     if how == "map":
-        return registry.quantization_device_map("bitsandbytes", 8, None, "hpu")
+        return registry.quantization_device_map("bitsandbytes", 8, None)
     return registry.device_available()
 
 
@@ -111,11 +117,10 @@ HOSTILE = {
 @pytest.mark.parametrize("form", list(FORMS))
 def test_an_exception_that_cannot_be_shown_is_still_contained(site, caplog, form, exc):
     opts, body = FORMS[form]
-    site.add("odd", HEADER + f"@hookimpl({opts})\ndef hpu_ddp_backend(requested, device_type):"
+    site.add("odd", HEADER + f"@hookimpl({opts})\ndef hpu_ddp_backend(requested):"
              f"\n    {body.format(exc=HOSTILE[exc])}\n", dist="odd-dist", version="4.2")
-    registry = _registry(site)
-    device = "cpu" if form in ("plain", "trylast") else "hpu"
-    assert registry.ddp_backend(None, device) == (None if device == "cpu" else "hccl")
+    registry = _registry(site, form)
+    assert registry.ddp_backend(None) == (None if form in ASKED_LAST else "hccl")
     [report] = _reports(caplog, "odd")
     assert FIX in report and len(report) < 1500  # cut, and the fix still at its end
 
@@ -132,10 +137,10 @@ def test_an_exception_that_cannot_be_shown_at_import_turns_off_that_plugin_only(
 
 
 REENTRY = {  # form: (options, body calling the same decision again through the registry)
-    "plain": ("", "return REGISTRY[0].ddp_backend(None, device_type)"),
-    "tryfirst": ("tryfirst=True", "return REGISTRY[0].ddp_backend(None, device_type)"),
-    "trylast": ("trylast=True", "return REGISTRY[0].ddp_backend(None, device_type)"),
-    "wrapper": ("wrapper=True", "REGISTRY[0].ddp_backend(None, device_type)\n    "
+    "plain": ("", "return REGISTRY[0].ddp_backend(None)"),
+    "tryfirst": ("tryfirst=True", "return REGISTRY[0].ddp_backend(None)"),
+    "trylast": ("trylast=True", "return REGISTRY[0].ddp_backend(None)"),
+    "wrapper": ("wrapper=True", "REGISTRY[0].ddp_backend(None)\n    "
                 "return (yield)"),
 }
 
@@ -144,14 +149,13 @@ REENTRY = {  # form: (options, body calling the same decision again through the 
 def test_a_hook_reaching_itself_again_is_skipped_inside_not_recursed(site, caplog, form):
     opts, body = REENTRY[form]
     module = site.add("odd", HEADER + f"REGISTRY = []\n\n@hookimpl({opts})\n"
-                      f"def hpu_ddp_backend(requested, device_type):\n    {body}\n",
+                      f"def hpu_ddp_backend(requested):\n    {body}\n",
                       dist="odd-dist", version="4.2")
-    registry = _registry(site)
+    registry = _registry(site, form)
     __import__(module).REGISTRY.append(registry)
-    device = "cpu" if form in ("plain", "trylast") else "hpu"
-    expected = None if device == "cpu" else "hccl"
-    assert registry.ddp_backend(None, device) == expected
-    assert registry.ddp_backend(None, device) == expected
+    expected = None if form in ASKED_LAST else "hccl"
+    assert registry.ddp_backend(None) == expected
+    assert registry.ddp_backend(None) == expected
     [report] = _reports(caplog, "odd")
     assert "again from inside its own hpu_ddp_backend" in report and FIX in report
 
@@ -162,10 +166,10 @@ def test_a_slow_hook_is_reported_by_name_not_interrupted(site, caplog, monkeypat
     body = ("time.sleep(0.1)\n    return 'gloo'" if form == "tryfirst=True" else
             "time.sleep(0.1)\n    return (yield)")
     site.add("odd", "import time\n" + HEADER + f"@hookimpl({form})\n"
-             f"def hpu_ddp_backend(requested, device_type):\n    {body}\n",
+             f"def hpu_ddp_backend(requested):\n    {body}\n",
              dist="odd-dist", version="4.2")
     registry = _registry(site)
-    assert registry.ddp_backend(None, "hpu") == ("gloo" if form == "tryfirst=True" else "hccl")
+    assert registry.ddp_backend(None) == ("gloo" if form == "tryfirst=True" else "hccl")
     [report] = _reports(caplog, "odd")
     assert "s in hpu_ddp_backend" in report and FIX in report
 
@@ -181,11 +185,11 @@ def test_healthy_plugins_without_hooks_all_register_quietly(site, caplog, count)
 
 def test_one_module_under_two_names_runs_once_and_says_so_once(site, caplog):
     module = site.add("odd", HEADER + "calls = []\n\n@hookimpl(tryfirst=True)\n"
-                      "def hpu_ddp_backend(requested, device_type):\n"
+                      "def hpu_ddp_backend(requested):\n"
                       "    calls.append(1)\n", dist="odd-dist", version="4.2")
     site.add("twin", "", dist="odd-dist", version="4.2", value=module)
     registry = _registry(site)
-    registry.ddp_backend(None, "hpu")
+    registry.ddp_backend(None)
     assert __import__(module).calls == [1]  # its hooks run once, not twice
     [report] = _reports(caplog, "twin")
     assert "the same plugin as 'odd'" in report and not _reports(caplog, "odd")

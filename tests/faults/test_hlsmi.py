@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hpu_plugin import machine
 from hpu_plugin.emulation.fake_hlsmi import shim_text
-from hpu_plugin.gaudi import hlsmi
 
 from .conftest import environ, run
 
@@ -63,13 +63,13 @@ def _fake_hlsmi(tmp_path: Path, body: bytes) -> str:
 ])
 def test_output_that_is_not_utf8_is_unknown_not_a_crash(tmp_path, output):
     tool = _fake_hlsmi(tmp_path, output + b"\n")
-    answer = hlsmi.query(executable=tool, timeout=30)
+    answer = machine.query(executable=tool, timeout=30)
     assert (answer.rows is None and answer.reason) or "\ufffd" in str(answer.rows)
-    assert hlsmi.index_module_map(executable=tool, timeout=30) is None
+    assert machine.index_module_map(executable=tool, timeout=30) is None
 
 
 def test_a_hung_hlsmi_is_a_timeout_not_a_hang(tmp_path):
-    answer = hlsmi.query(executable=_fake_hlsmi(tmp_path, b"sleep 600\n"), timeout=0.5)
+    answer = machine.query(executable=_fake_hlsmi(tmp_path, b"sleep 600\n"), timeout=0.5)
     assert answer.rows is None and answer.timed_out and "did not answer" in answer.reason
 
 

@@ -30,16 +30,17 @@ EXCEPTIONS = {
     "error": "ValueError('bad')",
     "stop_iteration": "StopIteration('stray')",
 }
-#: hook signature, the call for a device type, and the first-party answer for "hpu" that
-#: must still come back. A plain or trylast third-party implementation is asked after the
-#: first-party one, which answers for "hpu": those forms are asked for "cpu", where the
-#: first-party plugins have no answer and the call must come back with none.
+#: hook signature, the call, and the first-party answer that must still come back. A plain
+#: or trylast third-party implementation is asked after the first-party ones, which always
+#: answer: for those forms the first-party plugins of these hooks are turned off
+#: (:data:`ANSWERING`), and the call must come back with none.
 HOOKS = {
-    "ddp": ("hpu_ddp_backend(requested, device_type)",
-            lambda r, device: r.ddp_backend(None, device), "hccl"),
-    "compile": ("hpu_compile_backend(requested, device_type)",
-                lambda r, device: r.compile_backend(None, device), "hpu_backend"),
+    "ddp": ("hpu_ddp_backend(requested)", lambda r: r.ddp_backend(None), "hccl"),
+    "compile": ("hpu_compile_backend(requested)", lambda r: r.compile_backend(None),
+                "hpu_backend"),
 }
+ANSWERING = frozenset({"ddp", "compile", "gpu_migration"})
+ASKED_LAST = ("plain", "trylast")
 
 
 def _plugin(opts: str, signature: str, body: str) -> str:
@@ -47,8 +48,8 @@ def _plugin(opts: str, signature: str, body: str) -> str:
            f"    {body}\n"
 
 
-def _registry(site) -> Registry:
-    registry = Registry(Selection())
+def _registry(site, form: str = "tryfirst") -> Registry:
+    registry = Registry(Selection(disabled=ANSWERING if form in ASKED_LAST else frozenset()))
     registry.load_entry_points(site.entry_points())
     return registry
 
@@ -64,13 +65,12 @@ def _reports(caplog, name: str) -> list[str]:
 def test_every_form_and_exception_is_contained(site, caplog, form, exc, hook):
     opts, body = FORMS[form]
     signature, ask, expected = HOOKS[hook]
-    device = "cpu" if form in ("plain", "trylast") else "hpu"
-    expected = None if device == "cpu" else expected
+    expected = None if form in ASKED_LAST else expected
     site.add("faulty", _plugin(opts, signature, body.format(exc=EXCEPTIONS[exc])),
              dist="faulty-dist", version="1.2")
-    registry = _registry(site)
-    assert ask(registry, device) == expected  # the program goes on with the next answer
-    assert ask(registry, device) == expected
+    registry = _registry(site, form)
+    assert ask(registry) == expected  # the program goes on with the next answer
+    assert ask(registry) == expected
     [report] = _reports(caplog, "faulty")  # once, however often it faults
     assert "faulty-dist 1.2" in report and "HPU_PLUGIN_DISABLE=faulty-dist:faulty" in report
     record = registry.records["faulty"]
@@ -83,4 +83,4 @@ def test_keyboard_interrupt_is_the_users_and_passes(site, form):
     signature, ask, _ = HOOKS["ddp"]
     site.add("ctrlc", _plugin(opts, signature, body.format(exc="KeyboardInterrupt")))
     with pytest.raises(KeyboardInterrupt):
-        ask(_registry(site), "cpu" if form in ("plain", "trylast") else "hpu")
+        ask(_registry(site, form))

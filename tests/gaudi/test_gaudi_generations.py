@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from hpu_plugin.gaudi import environment, generations, modes
@@ -161,14 +159,3 @@ def test_defaults_never_override_the_user():
     fresh: dict[str, str] = {}
     environment.apply_defaults(fresh)
     assert fresh == {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "1"}
-
-
-def test_defaults_applied_to_the_process_are_remembered(monkeypatch):
-    monkeypatch.delenv("PT_HPU_LAZY_MODE", raising=False)
-    monkeypatch.setenv("PT_ENABLE_INT64_SUPPORT", "0")
-    monkeypatch.setattr(environment, "APPLIED", {})
-    environment.apply_defaults(os.environ)
-    assert environment.APPLIED == {"PT_HPU_LAZY_MODE": "0"}  # the user's int64 value stays
-    assert os.environ["PT_ENABLE_INT64_SUPPORT"] == "0"
-    environment.apply_defaults({})  # a copy is not the process environment
-    assert environment.APPLIED == {"PT_HPU_LAZY_MODE": "0"}

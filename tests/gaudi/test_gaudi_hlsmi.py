@@ -1,5 +1,5 @@
 """hl-smi CSV: the documented sample outputs, the formatter the emulator prints with, and
-running the tool with a timeout (a missing hl-smi is no error)."""
+running the tool with a timeout (``hpu_plugin.machine``; a missing hl-smi is no error)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hpu_plugin import machine
 from hpu_plugin.gaudi import hlsmi
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.hlsmi import HlSmiError
@@ -109,32 +110,32 @@ def test_query_runs_the_tool_with_the_documented_arguments(tmp_path):
             f"sys.stdout.write({DOCKER!r})"
         ),
     )
-    assert hlsmi.index_module_map(executable=tool) == hlsmi.parse_index_module_map(DOCKER)
-    assert hlsmi.host_modules(executable=tool) == (0, 2, 4, 5, 6, 7)
+    assert machine.index_module_map(executable=tool) == hlsmi.parse_index_module_map(DOCKER)
+    assert machine.host_modules(executable=tool) == (0, 2, 4, 5, 6, 7)
 
 
 def test_missing_tool_is_no_error():
-    answer = hlsmi.query(executable="hl-smi-does-not-exist-here")
+    answer = machine.query(executable="hl-smi-does-not-exist-here")
     assert answer.rows is None and answer.missing
-    assert hlsmi.index_module_map(executable="hl-smi-does-not-exist-here") is None
+    assert machine.index_module_map(executable="hl-smi-does-not-exist-here") is None
 
 
 def test_hanging_tool_times_out(tmp_path):
     tool = _fake_tool(tmp_path, "import time\ntime.sleep(30)")
-    answer = hlsmi.query(timeout=0.5, executable=tool)
+    answer = machine.query(timeout=0.5, executable=tool)
     assert answer.rows is None and not answer.missing
     assert "did not answer" in answer.reason
 
 
 def test_failing_tool_reports_its_last_line(tmp_path):
     tool = _fake_tool(tmp_path, "import sys\nsys.stderr.write('no devices found\\n')\nsys.exit(3)")
-    answer = hlsmi.query(executable=tool)
+    answer = machine.query(executable=tool)
     assert answer.rows is None and "exited 3: no devices found" in answer.reason
 
 
 def test_garbled_output_is_a_reason_not_an_exception(tmp_path):
     tool = _fake_tool(tmp_path, "print('index, module_id'); print('0')")
-    answer = hlsmi.query(executable=tool)
+    answer = machine.query(executable=tool)
     assert answer.rows is None and "row 1" in answer.reason
     assert os.path.exists(tool)
 
@@ -144,11 +145,11 @@ def test_bad_timeout_setting_is_an_error_naming_it(monkeypatch, raw):
     # A silently replaced or infinite timeout is how a stuck driver becomes a hang.
     monkeypatch.setenv("HPU_PLUGIN_HLSMI_TIMEOUT", raw)
     with pytest.raises(GaudiConfigError, match=r"HPU_PLUGIN_HLSMI_TIMEOUT.*Fix: set it to"):
-        hlsmi.query()
+        machine.query()
 
 
 def test_timeout_setting_is_read(monkeypatch):
     monkeypatch.setenv("HPU_PLUGIN_HLSMI_TIMEOUT", "2.5")
-    assert hlsmi.default_timeout() == 2.5
+    assert machine.default_timeout() == 2.5
     monkeypatch.delenv("HPU_PLUGIN_HLSMI_TIMEOUT")
-    assert hlsmi.default_timeout() == hlsmi.TIMEOUT
+    assert machine.default_timeout() == machine.TIMEOUT

@@ -38,22 +38,22 @@ class AnsweringPlugin:
         return self.answers.properties
 
     @hookimpl
-    def hpu_compile_backend(self, requested: Any, device_type: str) -> Any:
-        self.answers.calls.append(("compile", (requested, device_type)))
+    def hpu_compile_backend(self, requested: Any) -> Any:
+        self.answers.calls.append(("compile", requested))
         if self.answers.refuse_compile:
             raise Refusal("test plugin: compiling refused; unset refuse_compile")
         return self.answers.compile_backend
 
     @hookimpl
-    def hpu_ddp_backend(self, requested: str | None, device_type: str) -> str | None:
-        self.answers.calls.append(("ddp", (device_type, requested)))
+    def hpu_ddp_backend(self, requested: str | None) -> str | None:
+        self.answers.calls.append(("ddp", requested))
         if requested in self.answers.refuse_ddp:
             raise Refusal(f"test plugin: backend {requested!r} refused; use 'gloo'")
         return self.answers.ddp_backend
 
     @hookimpl
     def hpu_quantization_device_map(
-        self, method: str, bits: int, device_map: Any, device_type: str
+        self, method: str, bits: int, device_map: Any
     ) -> Any:
-        self.answers.calls.append(("quant", (method, bits, device_map, device_type)))
+        self.answers.calls.append(("quant", (method, bits, device_map)))
         return self.answers.device_map

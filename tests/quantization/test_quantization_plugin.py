@@ -41,7 +41,7 @@ def device(monkeypatch: pytest.MonkeyPatch, generation: str = "GAUDI2", current:
 @pytest.mark.parametrize("generation", ["GAUDI2", "GAUDI3"])
 def test_no_device_map_places_on_current_hpu(registry, monkeypatch, bits, generation):
     device(monkeypatch, generation, current=3)
-    assert registry.quantization_device_map("bitsandbytes", bits, None, "hpu") == {"": "hpu:3"}
+    assert registry.quantization_device_map("bitsandbytes", bits, None) == {"": "hpu:3"}
 
 
 @pytest.mark.parametrize(
@@ -49,13 +49,12 @@ def test_no_device_map_places_on_current_hpu(registry, monkeypatch, bits, genera
 )
 def test_user_device_map_is_left_to_the_user(registry, monkeypatch, device_map):
     device(monkeypatch)
-    assert registry.quantization_device_map("bitsandbytes", 4, device_map, "hpu") is None
+    assert registry.quantization_device_map("bitsandbytes", 4, device_map) is None
 
 
-def test_other_methods_and_devices_get_no_opinion(registry, monkeypatch):
+def test_other_methods_get_no_opinion(registry, monkeypatch):
     device(monkeypatch, "GAUDI")  # would be refused for bitsandbytes on hpu
-    assert registry.quantization_device_map("gptq", 4, None, "hpu") is None
-    assert registry.quantization_device_map("bitsandbytes", 4, None, "cuda") is None
+    assert registry.quantization_device_map("gptq", 4, None) is None
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -65,7 +64,7 @@ def test_first_generation_gaudi_is_refused_when_loading_onto_it(
 ):
     device(monkeypatch, "GAUDI")
     with pytest.raises(Refusal) as refused:
-        registry.quantization_device_map("bitsandbytes", bits, device_map, "hpu")
+        registry.quantization_device_map("bitsandbytes", bits, device_map)
     message = str(refused.value)
     assert f"load_in_{bits}bit=True" in message
     assert "first-generation Gaudi" in message and "GAUDI2" in message
@@ -75,7 +74,7 @@ def test_first_generation_gaudi_is_refused_when_loading_onto_it(
 @pytest.mark.parametrize("device_map", ["cpu", {"": "cpu"}, {"a": "cpu", "b": "disk"}])
 def test_first_generation_gaudi_may_quantize_on_the_cpu(registry, monkeypatch, device_map):
     device(monkeypatch, "GAUDI")
-    assert registry.quantization_device_map("bitsandbytes", 4, device_map, "hpu") is None
+    assert registry.quantization_device_map("bitsandbytes", 4, device_map) is None
 
 
 @pytest.mark.parametrize(
@@ -137,10 +136,10 @@ def test_registry_hands_the_4bit_options_to_the_plugin(registry, monkeypatch):
     device(monkeypatch)
     with pytest.raises(Refusal, match="bnb_4bit_quant_type='fp4'"):
         registry.quantization_device_map(
-            "bitsandbytes", 4, None, "hpu", options={"quant_type": "fp4"}
+            "bitsandbytes", 4, None, options={"quant_type": "fp4"}
         )
     nf4 = {"quant_type": "nf4", "quant_storage": torch.uint8, "compute_dtype": torch.float32}
-    assert registry.quantization_device_map("bitsandbytes", 4, None, "hpu", options=nf4) == {
+    assert registry.quantization_device_map("bitsandbytes", 4, None, options=nf4) == {
         "": "hpu:0"
     }
 
@@ -169,14 +168,14 @@ def test_a_third_party_placement_first_does_not_bypass_the_refusals(registry, mo
     device(monkeypatch, "GAUDI")
     _with_third_party(registry, _EagerPlacement(), "eager-placement")
     with pytest.raises(Refusal, match="first-generation Gaudi"):
-        registry.quantization_device_map("bitsandbytes", 4, None, "hpu", options={})
+        registry.quantization_device_map("bitsandbytes", 4, None, options={})
     device(monkeypatch, "GAUDI2")
     with pytest.raises(Refusal, match="bnb_4bit_quant_type='fp4'"):
-        registry.quantization_device_map("bitsandbytes", 4, None, "hpu", {"quant_type": "fp4"})
+        registry.quantization_device_map("bitsandbytes", 4, None, {"quant_type": "fp4"})
 
 
 def test_a_third_party_placement_off_the_hpu_is_not_refused(registry, monkeypatch):
     device(monkeypatch, "GAUDI")
     _with_third_party(registry, _CpuPlacement(), "cpu-placement")
-    placed = registry.quantization_device_map("bitsandbytes", 4, None, "hpu", {"quant_type": "fp4"})
+    placed = registry.quantization_device_map("bitsandbytes", 4, None, {"quant_type": "fp4"})
     assert placed == {"": "cpu"}

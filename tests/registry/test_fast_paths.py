@@ -12,7 +12,7 @@ MINE = """
 from hpu_plugin.hookspecs import hookimpl
 
 @hookimpl(tryfirst=True)
-def hpu_fast_path(name, device_type, context):
+def hpu_fast_path(name, context):
     return False if name == "fused_sdpa" else None
 """
 
@@ -30,35 +30,34 @@ def _no_switches(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(path.setting, raising=False)
 
 
-def test_each_fast_path_is_on_for_hpu_and_off_elsewhere(site):
+def test_each_fast_path_is_on_by_default_and_unknown_names_are_off(site):
     registry = _registry(site.entry_points())
-    assert [registry.fast_path(p.name, "hpu", {}) for p in FAST_PATHS] == [True] * len(FAST_PATHS)
-    assert not registry.fast_path("fused_sdpa", "cuda", {})
-    assert not registry.fast_path("no_such_path", "hpu", {})
+    assert [registry.fast_path(p.name, {}) for p in FAST_PATHS] == [True] * len(FAST_PATHS)
+    assert not registry.fast_path("no_such_path", {})
 
 
 def test_the_common_switch_and_each_own_switch(site, monkeypatch):
     registry = _registry(site.entry_points())
     monkeypatch.setenv("HPU_PLUGIN_FAST", "0")
     monkeypatch.setenv("HPU_PLUGIN_FAST_SDPA", "1")
-    on = {p.name for p in FAST_PATHS if registry.fast_path(p.name, "hpu", {})}
+    on = {p.name for p in FAST_PATHS if registry.fast_path(p.name, {})}
     assert on == {"fused_sdpa"}
     monkeypatch.setenv("HPU_PLUGIN_FAST", "on")
     monkeypatch.setenv("HPU_PLUGIN_FAST_OPTIMIZER", "off")
-    assert not registry.fast_path("fused_optimizer", "hpu", {})
-    assert registry.fast_path("fused_clip_norm", "hpu", {})
+    assert not registry.fast_path("fused_optimizer", {})
+    assert registry.fast_path("fused_clip_norm", {})
 
 
 def test_a_bad_value_is_refused_with_the_variable_and_the_fix(site, monkeypatch):
     registry = _registry(site.entry_points())
     monkeypatch.setenv("HPU_PLUGIN_FAST_RMS_NORM", "sometimes")
     with pytest.raises(Refusal, match=r"HPU_PLUGIN_FAST_RMS_NORM.*sometimes.*=0 turns it off"):
-        registry.fast_path("fused_rms_norm", "hpu", {})
+        registry.fast_path("fused_rms_norm", {})
 
 
 def test_a_third_party_turns_one_off_with_tryfirst(site):
     site.add("own-attention", MINE)
     registry = _registry(site.entry_points())
-    assert not registry.fast_path("fused_sdpa", "hpu", {"model": "LlamaAttention"})
-    assert registry.fast_path("fused_optimizer", "hpu", {})
+    assert not registry.fast_path("fused_sdpa", {"model": "LlamaAttention"})
+    assert registry.fast_path("fused_optimizer", {})
     assert registry.call_order("hpu_fast_path") == ["own-attention", "fast_paths"]

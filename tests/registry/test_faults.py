@@ -36,7 +36,7 @@ def test_import_failure_is_reported_and_skipped(site, caplog, body, exception):
     assert record.status == "failed" and exception in record.reason
     [report] = _reports(caplog, "broken")
     assert "broken-dist 2.5" in report and exception in report
-    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
     assert all(r.status == "enabled" for n, r in registry.records.items() if n != "broken")
 
 
@@ -49,7 +49,7 @@ def test_missing_attribute_in_entry_point_is_an_import_failure(site):
 def test_slow_import_is_reported_and_not_cut_off(site, caplog):
     site.add("slow", "import time\ntime.sleep(0.5)\n" + HEADER + """
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested, device_type):
+def hpu_ddp_backend(requested):
     return "gloo"
 """, dist="slow-dist", version="0.1")
     registry = _registry(site.entry_points(), import_budget=0.2)
@@ -60,7 +60,7 @@ def hpu_ddp_backend(requested, device_type):
     assert "slow-dist 0.1" in report and "HPU_PLUGIN_IMPORT_BUDGET=0.2" in report
     assert "HPU_PLUGIN_DISABLE=slow-dist:slow" in report
     assert record.status == "faulted"  # loaded, but not plainly "enabled"
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
 
 
 def test_within_budget_loads(site):
@@ -73,14 +73,14 @@ def test_raise_in_hook_is_reported_once_and_falls_through(site, caplog):
 calls = []
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested, device_type):
-    calls.append(device_type)
+def hpu_ddp_backend(requested):
+    calls.append(requested)
     raise KeyError("no such rank")
 """, dist="raiser-dist", version="3.0")
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend(None, "hpu") == "hccl"
-    assert registry.ddp_backend(None, "hpu") == "hccl"
-    assert __import__(site.modules[-1]).calls == ["hpu", "hpu"]  # still asked, not silenced
+    assert registry.ddp_backend(None) == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
+    assert __import__(site.modules[-1]).calls == [None, None]  # still asked, not silenced
     [report] = _reports(caplog, "raiser")
     assert "raiser-dist 3.0" in report and "KeyError('no such rank')" in report
     record = registry.records["raiser"]
@@ -89,10 +89,10 @@ def hpu_ddp_backend(requested, device_type):
 
 
 @pytest.mark.parametrize("hook, call, bad", [
-    ("hpu_ddp_backend(requested, device_type)", "ddp", "42"),
+    ("hpu_ddp_backend(requested)", "ddp", "42"),
     ("hpu_device_available()", "available", "'yes'"),
-    ("hpu_quantization_device_map(method, bits, device_map, device_type)", "quant", "['hpu:0']"),
-    ("hpu_compile_backend(requested, device_type)", "compile", "3.5"),
+    ("hpu_quantization_device_map(method, bits, device_map)", "quant", "['hpu:0']"),
+    ("hpu_compile_backend(requested)", "compile", "3.5"),
     ("hpu_device_properties()", "props", "DeviceProperties('hpu', '2', 0, 'GAUDI2')"),
 ])
 def test_wrong_type_is_reported_once_and_falls_through(site, caplog, hook, call, bad):
@@ -101,10 +101,10 @@ def test_wrong_type_is_reported_once_and_falls_through(site, caplog, hook, call,
              dist="typo-dist", version="1.2")
     registry = _registry(site.entry_points())
     calls = {
-        "ddp": lambda: registry.ddp_backend(None, "hpu"),
+        "ddp": lambda: registry.ddp_backend(None),
         "available": lambda: registry.pm.hook.hpu_device_available(),
-        "quant": lambda: registry.quantization_device_map("bitsandbytes", 4, None, "cpu"),
-        "compile": lambda: registry.compile_backend(None, "hpu"),
+        "quant": lambda: registry.quantization_device_map("gptq", 4, None),  # ours: no opinion
+        "compile": lambda: registry.compile_backend(None),
         "props": lambda: registry.pm.hook.hpu_device_properties(),
     }
     first = calls[call]()
@@ -120,11 +120,11 @@ def my_backend(gm, example_inputs):
     return gm
 
 @hookimpl(tryfirst=True)
-def hpu_compile_backend(requested, device_type):
+def hpu_compile_backend(requested):
     return my_backend
 """)
     registry = _registry(site.entry_points())
-    assert registry.compile_backend(None, "hpu").__name__ == "my_backend"
+    assert registry.compile_backend(None).__name__ == "my_backend"
 
 
 WRAPPER_FAULTS = {
@@ -140,11 +140,11 @@ WRAPPER_FAULTS = {
 def test_faulty_wrapper_becomes_a_pass_through(site, caplog, fault):
     body = WRAPPER_FAULTS[fault]
     site.add("wrapfault", HEADER + "@hookimpl(wrapper=True)\n"
-             f"def hpu_ddp_backend(requested, device_type):\n    {body}\n",
+             f"def hpu_ddp_backend(requested):\n    {body}\n",
              dist="wrap-dist", version="9")
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend(None, "hpu") == "hccl"
-    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
     [report] = _reports(caplog, "wrapfault")
     assert "wrap-dist 9" in report
 
@@ -152,7 +152,7 @@ def test_faulty_wrapper_becomes_a_pass_through(site, caplog, fault):
 def test_unknown_hook_name_fails_the_plugin(site, caplog):
     site.add("typohook", HEADER + """
 @hookimpl
-def hpu_ddp_backends(device_type, requested):
+def hpu_ddp_backends(requested):
     return "gloo"
 """)
     record = _registry(site.entry_points()).records["typohook"]
@@ -163,7 +163,7 @@ def hpu_ddp_backends(device_type, requested):
 def test_argument_the_spec_lacks_fails_the_plugin(site):
     site.add("badarg", HEADER + """
 @hookimpl
-def hpu_ddp_backend(device_type, world_size):
+def hpu_ddp_backend(requested, world_size):
     return "gloo"
 """)
     registry = _registry(site.entry_points())
@@ -222,7 +222,7 @@ def hpu_prepare_environment(environ):
 def test_malformed_metadata_of_one_distribution_hides_no_other(site, caplog):
     site.add("good", HEADER + """
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested, device_type):
+def hpu_ddp_backend(requested):
     return "gloo"
 """)
     broken = site.root / "broken_meta-1.0.dist-info"
@@ -231,7 +231,7 @@ def hpu_ddp_backend(requested, device_type):
     (broken / "entry_points.txt").write_text("[hpu_plugin]\nthis line is not an entry point\n")
     registry = _registry(site.entry_points())
     assert registry.records["good"].status == "enabled"
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
     assert any("broken_meta-1.0.dist-info" in r.getMessage() for r in caplog.records)
 
 
@@ -243,11 +243,11 @@ class Plugin:
         raise AssertionError("a property was evaluated")
 
     @hookimpl(tryfirst=True)
-    def hpu_ddp_backend(self, requested, device_type):
+    def hpu_ddp_backend(self, requested):
         return "gloo"
 
 plugin = Plugin()
 """, attr="plugin")
     registry = _registry(site.entry_points())
     assert registry.records["lazy"].status == "enabled"
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"

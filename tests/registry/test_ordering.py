@@ -12,13 +12,13 @@ GLOO_PLAIN = """
 from hpu_plugin.hookspecs import hookimpl
 
 @hookimpl
-def hpu_ddp_backend(requested, device_type):
+def hpu_ddp_backend(requested):
     return "gloo"
 """
 
 
-def _registry(eps) -> Registry:
-    registry = Registry(Selection())
+def _registry(eps, disabled: frozenset[str] = frozenset()) -> Registry:
+    registry = Registry(Selection(disabled=disabled))
     registry.load_entry_points(eps)
     return registry
 
@@ -28,14 +28,14 @@ def test_first_party_wins_a_tie_whatever_the_entry_point_order(site):
     eps = site.entry_points()
     for order in (eps, list(reversed(eps))):
         registry = _registry(order)
-        assert registry.ddp_backend(None, "hpu") == "hccl"
+        assert registry.ddp_backend(None) == "hccl"
         assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp", "plain"]
 
 
 def test_third_party_with_tryfirst_takes_precedence(site):
     site.add("first", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(tryfirst=True)"))
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
     assert registry.call_order_detail("hpu_ddp_backend") == [
         # gpu_migration's tryfirst answers only for nccl under the loaded toolkit
         ("gpu_migration", "tryfirst"), ("first", "tryfirst"), ("ddp", "plain")
@@ -45,8 +45,10 @@ def test_third_party_with_tryfirst_takes_precedence(site):
 def test_trylast_is_a_fallback_asked_only_when_everyone_else_defers(site):
     site.add("fallback", GLOO_PLAIN.replace("@hookimpl", "@hookimpl(trylast=True)"))
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend(None, "hpu") == "hccl"  # first-party decides
-    assert registry.ddp_backend(None, "xpu") == "gloo"  # first-party defers: fallback
+    assert registry.ddp_backend(None) == "hccl"  # first-party decides
+    # without the ddp plugin nobody else decides (gpu_migration answers only for nccl)
+    registry = _registry(site.entry_points(), disabled=frozenset({"ddp"}))
+    assert registry.ddp_backend(None) == "gloo"
 
 
 def test_third_parties_among_equals_are_asked_in_name_order(site):
@@ -54,7 +56,7 @@ def test_third_parties_among_equals_are_asked_in_name_order(site):
     from hpu_plugin.hookspecs import hookimpl
 
     @hookimpl
-    def hpu_ddp_backend(requested, device_type):
+    def hpu_ddp_backend(requested):
         return {answer!r}
     """
     site.add("beta", source.format(answer="beta-backend"))
@@ -62,7 +64,8 @@ def test_third_parties_among_equals_are_asked_in_name_order(site):
     for order in (site.entry_points(), list(reversed(site.entry_points()))):
         registry = _registry(order)
         assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp", "alpha", "beta"]
-        assert registry.ddp_backend(None, "other") == "alpha-backend"
+        registry = _registry(order, disabled=frozenset({"ddp"}))  # it would answer first
+        assert registry.ddp_backend(None) == "alpha-backend"
 
 
 def test_new_style_wrapper_sees_and_replaces_the_result(site):
@@ -72,14 +75,14 @@ def test_new_style_wrapper_sees_and_replaces_the_result(site):
     seen = []
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(requested, device_type):
+    def hpu_ddp_backend(requested):
         result = yield
         seen.append(result)
         return "gloo" if result == "hccl" else result
     """)
     registry = _registry(site.entry_points())
     assert registry.call_order_detail("hpu_ddp_backend")[0] == ("wrap", "wrapper")
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
     module = __import__(site.modules[-1])
     assert module.seen == ["hccl"]
 
@@ -89,7 +92,7 @@ def test_old_style_hookwrapper_is_refused_naming_the_new_form(site, caplog):
     from hpu_plugin.hookspecs import hookimpl
 
     @hookimpl(hookwrapper=True)
-    def hpu_compile_backend(requested, device_type):
+    def hpu_compile_backend(requested):
         outcome = yield
         outcome.force_result("eager")
     """)
@@ -97,7 +100,7 @@ def test_old_style_hookwrapper_is_refused_naming_the_new_form(site, caplog):
     record = registry.records["oldwrap"]
     assert record.status == "failed" and "@hookimpl(wrapper=True)" in record.reason
     assert "oldwrap" not in registry.call_order("hpu_compile_backend")
-    assert registry.compile_backend(None, "hpu") == "hpu_backend"
+    assert registry.compile_backend(None) == "hpu_backend"
     assert any("oldwrap" in r.getMessage() and "wrapper=True" in r.getMessage()
                for r in caplog.records)
 
@@ -107,7 +110,7 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
     from hpu_plugin.hookspecs import Refusal, hookimpl
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(requested, device_type):
+    def hpu_ddp_backend(requested):
         try:
             return (yield)
         except Refusal:
@@ -119,7 +122,7 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
     seen = []
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(requested, device_type):
+    def hpu_ddp_backend(requested):
         try:
             return (yield)
         except Exception as exc:
@@ -127,7 +130,7 @@ def test_wrapper_sees_a_refusal_from_the_implementations(site):
             raise
     """)
     registry = _registry(site.entry_points())
-    assert registry.ddp_backend("nccl", "hpu") == "hccl"
+    assert registry.ddp_backend("nccl") == "hccl"
     observer = __import__(site.modules[-1])
     assert observer.seen == ["Refusal"]
 
@@ -137,12 +140,12 @@ def test_refusal_without_a_wrapper_reaches_the_caller(site):
     from hpu_plugin.hookspecs import Refusal, hookimpl
 
     @hookimpl(tryfirst=True)
-    def hpu_quantization_device_map(method, bits, device_map, device_type):
+    def hpu_quantization_device_map(method, bits, device_map):
         raise Refusal("bits=3 cannot run: use 4 or 8")
     """)
     registry = _registry(site.entry_points())
     with pytest.raises(Refusal, match="bits=3"):
-        registry.quantization_device_map("bitsandbytes", 3, None, "hpu")
+        registry.quantization_device_map("bitsandbytes", 3, None)
     assert registry.records["refuser"].faults == []
 
 
@@ -155,7 +158,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
         class Plugin:
             @staticmethod
             @hookimpl(tryfirst=True)
-            def hpu_ddp_backend(requested, device_type):
+            def hpu_ddp_backend(requested):
                 return "gloo"
         """, "Plugin"),
         "class-instance-methods": ("""
@@ -166,7 +169,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
                 self.answer = "gloo"
 
             @hookimpl(tryfirst=True)
-            def hpu_ddp_backend(self, requested, device_type):
+            def hpu_ddp_backend(self, requested):
                 return self.answer
         """, "Plugin"),
         "instance": ("""
@@ -185,7 +188,7 @@ def test_plugins_may_be_classes_or_instances(site, shape):
     registry = _registry(site.entry_points())
     assert registry.records["shaped"].status == "enabled", registry.records["shaped"].reason
     assert registry.records["shaped"].hooks == ["hpu_ddp_backend"]
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
 
 
 def test_a_third_party_reusing_a_first_party_name_is_refused(site):
@@ -196,7 +199,7 @@ def test_a_third_party_reusing_a_first_party_name_is_refused(site):
         assert registry.records["ddp"].distribution == "hpu-plugin"
         impostor = registry.records["ddp [impostor]"]
         assert impostor.status == "failed" and "duplicate" in impostor.reason
-        assert registry.ddp_backend(None, "hpu") == "hccl"
+        assert registry.ddp_backend(None) == "hccl"
 
 
 def test_first_party_is_decided_by_distribution_not_module_name(site):
@@ -217,7 +220,7 @@ def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
     events = []
 
     @hookimpl(wrapper=True)
-    def hpu_ddp_backend(requested, device_type):
+    def hpu_ddp_backend(requested):
         try:
             return (yield)
         finally:
@@ -225,7 +228,7 @@ def test_refusal_passes_through_a_wrapper_that_does_not_handle_it(site):
     """)
     registry = _registry(site.entry_points())
     with pytest.raises(Refusal, match="nccl"):
-        registry.ddp_backend("nccl", "hpu")
+        registry.ddp_backend("nccl")
     assert __import__(site.modules[-1]).events == ["left"]
     assert registry.records["bystander"].faults == []
 
@@ -235,11 +238,11 @@ def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
     from hpu_plugin.hookspecs import hookimpl
 
     @hookimpl(specname="hpu_ddp_backend", tryfirst=True)
-    def choose_backend(device_type, requested):
+    def choose_backend(requested):
         return 42  # checked against hpu_ddp_backend's declared type, so refused
     """)
     registry = _registry(site.entry_points())
     assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
     assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "renamed", "ddp"]
-    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
     assert "does not allow" in registry.records["renamed"].reason

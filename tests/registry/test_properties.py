@@ -39,7 +39,7 @@ def shared_plugin(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
         class Plugin:
             @hookimpl
-            def hpu_ddp_backend(self, requested, device_type):
+            def hpu_ddp_backend(self, requested):
                 return None
     """))
     sys.path.insert(0, str(root))

@@ -12,7 +12,7 @@ PLAIN = """
 from hpu_plugin.hookspecs import hookimpl
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested, device_type):
+def hpu_ddp_backend(requested):
     return "gloo"
 """
 
@@ -31,7 +31,7 @@ def test_defaults_load_everything(site):
     site.add("extra", PLAIN)
     registry = _load(site, {})
     assert set(_status(registry).values()) == {"enabled"}
-    assert registry.ddp_backend(None, "hpu") == "gloo"
+    assert registry.ddp_backend(None) == "gloo"
 
 
 def test_disable_names_plugins_of_either_party(site):
@@ -39,7 +39,7 @@ def test_disable_names_plugins_of_either_party(site):
     registry = _load(site, {"HPU_PLUGIN_DISABLE": " extra , ddp"})
     assert _status(registry)["extra"] == "disabled" and _status(registry)["ddp"] == "disabled"
     assert "HPU_PLUGIN_DISABLE" in registry.records["extra"].reason
-    assert registry.ddp_backend(None, "hpu") is None
+    assert registry.ddp_backend(None) is None
     assert _status(registry)["compile"] == "enabled"
 
 
@@ -56,7 +56,7 @@ def test_no_third_party_keeps_first_party_only(site):
     registry = _load(site, {"HPU_PLUGIN_NO_THIRD_PARTY": "1"})
     assert _status(registry)["extra"] == "disabled"
     assert "HPU_PLUGIN_NO_THIRD_PARTY" in registry.records["extra"].reason
-    assert registry.ddp_backend(None, "hpu") == "hccl"
+    assert registry.ddp_backend(None) == "hccl"
 
 
 def test_package_off_shows_every_plugin_disabled(site):

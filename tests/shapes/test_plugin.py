@@ -48,9 +48,8 @@ def test_a_bad_setting_is_refused_naming_it_and_the_fix(environ, named):
     assert "=0" in str(info.value)
 
 
-def test_other_devices_get_no_opinion():
-    assert shapes.hpu_shape_buckets("length", "cuda", 2048) is None
-    assert shapes.hpu_shape_buckets("width", "hpu", 2048) is None
+def test_other_kinds_get_no_opinion():
+    assert shapes.hpu_shape_buckets("width", 2048) is None
 
 
 def test_third_party_tryfirst_replaces_the_buckets_and_none_defers(tmp_path, monkeypatch):
@@ -58,7 +57,7 @@ def test_third_party_tryfirst_replaces_the_buckets_and_none_defers(tmp_path, mon
     (tmp_path / "tp_fixed_buckets.py").write_text(
         "from hpu_plugin.hookspecs import hookimpl\n\n"
         "@hookimpl(tryfirst=True)\n"
-        "def hpu_shape_buckets(kind, device_type, limit):\n"
+        "def hpu_shape_buckets(kind, limit):\n"
         "    return (100, 1000) if kind == 'length' else None\n"
     )
     info = tmp_path / "tp_fixed_buckets-1.0.dist-info"
@@ -69,6 +68,6 @@ def test_third_party_tryfirst_replaces_the_buckets_and_none_defers(tmp_path, mon
     monkeypatch.delenv("HPU_PLUGIN_BUCKETS", raising=False)
     registry = Registry(Selection())
     registry.load_entry_points(discover() + discover(path=[str(tmp_path)]))
-    assert registry.shape_buckets("length", "hpu", 2048) == (100, 1000)
-    assert registry.shape_buckets("cache", "hpu", 2048) == default_buckets("cache", 2048)
+    assert registry.shape_buckets("length", 2048) == (100, 1000)
+    assert registry.shape_buckets("cache", 2048) == default_buckets("cache", 2048)
     assert registry.call_order("hpu_shape_buckets")[-1] == "shapes"

@@ -44,13 +44,12 @@ def _name(backend: Backend | None) -> str | None:
 
 @hookimpl(wrapper=True)
 def hpu_compile_backend(
-    requested: Backend | None, device_type: str
+    requested: Backend | None
 ) -> Generator[None, Backend | None, Backend | None]:
     decided = yield  # what the other implementations chose (None: keep `requested`)
     final = POLICY_BACKEND if decided == REROUTED else decided
     record = {
         "hook": "hpu_compile_backend",
-        "device_type": device_type,
         "requested": _name(requested),
         "decided": _name(decided),
         "final": _name(final),

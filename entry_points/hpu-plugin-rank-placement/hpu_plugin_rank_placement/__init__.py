@@ -52,9 +52,9 @@ def _local_rank() -> int:
 
 @hookimpl(tryfirst=True)
 def hpu_quantization_device_map(
-    method: str, bits: int, device_map: Any, device_type: str
+    method: str, bits: int, device_map: Any
 ) -> dict[str, str] | None:
-    if device_map is not None or device_type != "hpu":
+    if device_map is not None:
         return None
     device = placement_table(os.environ.get(VARIABLE, "")).get(_local_rank())
     if device is None:

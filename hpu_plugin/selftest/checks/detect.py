@@ -10,8 +10,8 @@ from hpu_plugin.selftest.harness import CheckFailed, acquire, chosen_module, req
 
 def body() -> tuple[str, dict[str, Any]]:
     torch = acquire()
-    from hpu_plugin import state
-    from hpu_plugin.gaudi import generations, hlsmi
+    from hpu_plugin import machine, state
+    from hpu_plugin.gaudi import generations
     from hpu_plugin.registry import get_registry
 
     require(
@@ -30,7 +30,7 @@ def body() -> tuple[str, dict[str, Any]]:
     from transformers import is_torch_hpu_available
 
     require(is_torch_hpu_available(), "transformers.is_torch_hpu_available() is False")
-    answer = hlsmi.query(("index", "module_id", "name"))
+    answer = machine.query(("index", "module_id", "name"))
     if answer.rows is None:
         raise CheckFailed(f"hl-smi cannot be read: {answer.reason}")
     module = chosen_module()

@@ -48,7 +48,7 @@ def body() -> tuple[str, dict[str, Any]]:
     error = float((got - want).norm() / want.norm())
     require(error <= TOLERANCE,
             f"the CUDA-written step differs from the CPU by {error:.3g} (> {TOLERANCE})")
-    backend = get_registry().ddp_backend("nccl", "hpu")
+    backend = get_registry().ddp_backend("nccl")
     require(backend == "hccl", f"the plugin answers {backend!r} for nccl under the toolkit")
     details = {"relative_error": error, "memory_allocated": allocated, "nccl_runs_as": backend,
                "device_count": torch.cuda.device_count()}

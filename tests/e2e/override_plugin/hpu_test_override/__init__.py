@@ -35,21 +35,21 @@ def hpu_device_properties() -> DeviceProperties | None:
 
 
 @hookimpl(tryfirst=True)
-def hpu_compile_backend(requested: Any, device_type: str) -> Any:
+def hpu_compile_backend(requested: Any) -> Any:
     if not _on() or callable(requested):
         return None
     return "eager"
 
 
 @hookimpl(tryfirst=True)
-def hpu_ddp_backend(requested: str | None, device_type: str) -> str | None:
+def hpu_ddp_backend(requested: str | None) -> str | None:
     if not _on() or requested is not None:
         return None
     return "gloo"
 
 
 @hookimpl(tryfirst=True)
-def hpu_quantization_device_map(method: str, bits: int, device_map: Any, device_type: str) -> Any:
+def hpu_quantization_device_map(method: str, bits: int, device_map: Any) -> Any:
     if not _on() or device_map is not None:
         return None
     return {"": "cpu"}
