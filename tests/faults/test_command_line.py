@@ -76,6 +76,13 @@ def _marked(marker: str) -> list[str]:
     return found
 
 
+def _default_interrupt() -> None:
+    """Run in the child before exec: a shell's background job (``cmd &``) starts with SIGINT
+    ignored, which the child would inherit, and Python keeps an ignored SIGINT ignored, so
+    Ctrl-C would never reach the command under test. A user at a terminal has it default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _wait_for(predicate, limit: float) -> bool:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
@@ -101,7 +108,8 @@ def test_selftest_interrupted_stops_its_check_and_workers(tmp_path, sig):
     env = scrubbed(HPU_PLUGIN_EMULATE="1", I24_MARKER=marker, HF_HOME=str(tmp_path / "hf"),
                    HPU_PLUGIN_SELFTEST_FAULT="hang:detect")
     proc = subprocess.Popen([sys.executable, "-m", "hpu_plugin", "selftest", "--only", "detect"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_interrupt)
     try:  # the hanging check and the child it started are running
         assert _wait_for(lambda: len(_marked(marker)) >= 3, 180), _marked(marker)
         proc.send_signal(sig)
@@ -118,7 +126,8 @@ def test_an_interrupted_first_build_leaves_no_compiler_and_no_staging(tmp_path, 
     marker = uuid.uuid4().hex
     env = scrubbed(HPU_PLUGIN_CACHE_DIR=str(tmp_path / "cache"), I24_MARKER=marker)
     proc = subprocess.Popen([sys.executable, "-m", "hpu_plugin.emulation", "build"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_interrupt)
     try:  # the compiler proper is running
         assert _wait_for(lambda: "cc1plus" in _commands(marker), 120), _commands(marker)
         proc.send_signal(sig)
