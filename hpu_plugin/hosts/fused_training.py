@@ -167,6 +167,10 @@ def amp_scaled(optimizer: Any) -> bool:
     import torch
 
     found_inf = vars(optimizer).get("found_inf")
+    # A host read per scaled step (torch's own fused kernel takes found_inf as a tensor and
+    # skips on the device; Gaudi's optimizer_adamw / optimizer_sgd have no such input, and a
+    # skip on the device would need a select per state tensor, launches the fused kernel is
+    # there to save). The scaler makes the same read for every unfused optimizer.
     if found_inf is not None and float(found_inf) != 0.0:
         return False
     grad_scale = vars(optimizer).get("grad_scale")

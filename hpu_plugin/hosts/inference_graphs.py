@@ -32,11 +32,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi.fast_paths import GRAPHS_MAX, GRAPHS_MAX_DEFAULT
+from hpu_plugin.patching import stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -49,6 +51,9 @@ MOST = 1024
 #: generate() arguments and generation settings that are the user's choice of compilation.
 CHOICES = ("compile_config", "disable_compile", "cache_implementation")
 KEYS = "_hpu_plugin_graph_keys"
+REFUSED = "_hpu_plugin_graphs_refused"
+LOCK = "_hpu_plugin_graphs_lock"
+SWITCH = "HPU_PLUGIN_FAST_GRAPHS"
 
 
 def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
@@ -65,15 +70,34 @@ def _lazy() -> bool:
     return _lazy()
 
 
+def _defaults() -> dict[str, Any]:
+    """A fresh ``GenerationConfig``'s values of ``CHOICES``: Transformers 4.51 gives every
+    config a ``CompileConfig()``, which is no choice of the user's."""
+    from transformers import GenerationConfig
+
+    fresh = GenerationConfig()
+    return {name: getattr(fresh, name, None) for name in CHOICES}
+
+
 def _user_chose(model: Any, kwargs: dict[str, Any]) -> bool:
     config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    defaults = _defaults()
     for name in CHOICES:
         if kwargs.get(name) is not None:
             return True
         value = getattr(config, name, None)
-        if value is not None and value is not False:
+        if value is None or value is False:
+            continue
+        if not _same(value, defaults[name]):
             return True
     return False
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal, attributes set on the instance included (``_compile_all_devices`` is a class
+    attribute that a user sets on their ``CompileConfig``)."""
+    return bool(value == default) and getattr(value, "__dict__", None) == getattr(
+        default, "__dict__", None)
 
 
 def compilable(model: Any) -> bool:
@@ -87,13 +111,65 @@ def compilable(model: Any) -> bool:
     return not ("disk" in devices or ("cpu" in devices and len(devices) > 1))
 
 
+def full_attention_only(model: Any) -> bool:
+    """Whether every layer of the model's static cache is a plain one. Transformers' sliding
+    and chunked static layers (``StaticSlidingWindowLayer``, hybrid and linear-attention
+    layers) keep their fill level in a Python int and branch on it: a compiled step would be
+    compiled again at every token, and an HPU graph would replay the branch of its capture
+    (wrong tokens). Layer types as Transformers infers them (``get_layer_types_and_kwargs``)."""
+    config = getattr(model, "config", None)
+    try:
+        config = config.get_text_config(decoder=True)
+    except Exception:
+        return False
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        sliding = getattr(config, "sliding_window", None) is not None and getattr(
+            config, "use_sliding_window", True) is not False
+        chunked = getattr(config, "attention_chunk_size", None) is not None
+        return not (sliding or chunked)
+    return all(kind == "full_attention" for kind in types)
+
+
+def cache_argument() -> bool:
+    """Whether this Transformers' ``generate()`` takes a cache object as ``cache=`` (5.x;
+    4.x names it ``past_key_values`` and refuses ``cache`` as an unused model argument)."""
+    from transformers.generation import utils
+
+    return "cache" in getattr(utils, "ALL_CACHE_NAMES", ())
+
+
+def refuse(model: Any, error: BaseException) -> None:
+    """A graph of this model failed to compile: warn once, and never graph it again."""
+    vars(model)[REFUSED] = True
+    say_once(f"graph-failed:{type(model).__qualname__}", logging.WARNING,
+             "hpu_plugin: compiling the decoding steps of %s for generate() failed (%s: %s); "
+             "it runs without graphs. Set %s=0 to stop trying.", type(model).__qualname__,
+             type(error).__name__, str(error).splitlines()[0] if str(error) else "", SWITCH)
+
+
+def compile_errors() -> tuple[type[BaseException], ...]:
+    """What torch raises when a compiled call fails to compile (not the user's inputs: an
+    error of the model's own code is re-raised by dynamo as itself)."""
+    from torch._dynamo import exc
+
+    return tuple(getattr(exc, name) for name in ("BackendCompilerFailed",
+                                                 "InternalTorchDynamoError")
+                 if isinstance(getattr(exc, name, None), type))
+
+
 def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None:
     """How this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed
     (``"eager"``: compiled; ``"lazy"``: HPU graphs), or None: in eval mode, with nothing about
     compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
-    if getattr(model, "training", True) or _user_chose(model, kwargs):
+    if getattr(model, "training", True) or vars(model).get(REFUSED) or _user_chose(model, kwargs):
+        return None
+    if not full_attention_only(model):
         return None
     mode = "lazy" if _lazy() else "eager"
+    if mode == "lazy" and not cache_argument():
+        stay_out("Transformers", NAME, "generate(cache=...) (lazy mode's kept static cache)")
+        return None
     if mode == "eager" and not (hasattr(model, "get_compiled_call") and compilable(model)):
         return None
     if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
@@ -163,15 +239,29 @@ def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, An
     return {"cache": kept}
 
 
+def lazy_lock(model: Any) -> threading.Lock:
+    """One per model: lazy mode's kept caches and the instance ``forward`` are the model's,
+    so one ``generate()`` at a time uses them; a concurrent one runs without graphs."""
+    lock: threading.Lock = vars(model).setdefault(LOCK, threading.Lock())
+    return lock
+
+
 @contextlib.contextmanager
 def graphed(model: Any, mode: str | None) -> Iterator[None]:
-    """Lazy mode: the model's ``forward`` replays its HPU graphs for the call, and is the
-    class's own again afterwards."""
+    """Lazy mode: the model's ``forward`` replays its HPU graphs for the call (on this
+    thread), and is the class's own again afterwards."""
     state = vars(model).get(LAZY)
     if mode != "lazy" or state is None or state["forward"] is None:
         yield
         return
-    model.forward = state["forward"]
+    graph, owner = state["forward"], threading.get_ident()
+    plain = type(model).forward.__get__(model)
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        # a concurrent generate() on another thread runs the class's forward
+        return (graph if threading.get_ident() == owner else plain)(*args, **kwargs)
+
+    model.forward = forward
     try:
         yield
     finally:

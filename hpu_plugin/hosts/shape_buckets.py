@@ -345,6 +345,27 @@ def _bucketed_generate(
     return out[: plan.batch, plan.length_to - plan.length :], None
 
 
+def _graphed_generate(
+    registry: Registry, original: Callable[..., Any], model: Any, inputs: Any,
+    kwargs: dict[str, Any], mode: str,
+) -> Any:
+    """``generate()`` decoded by graphs (``inference_graphs``). In lazy mode one call at a
+    time per model (the kept caches and the ``forward`` are the model's): a concurrent call
+    runs without graphs. A graph that fails to compile refuses the model, with a warning,
+    and the call runs again without graphs; errors of the call's own inputs pass through."""
+    lock = inference_graphs.lazy_lock(model) if mode == "lazy" else None
+    if lock is not None and not lock.acquire(blocking=False):
+        return original(model, inputs, **kwargs)
+    try:
+        return _bucketed_generate(registry, original, model, inputs, kwargs, graphs=mode)[0]
+    except inference_graphs.compile_errors() as error:
+        inference_graphs.refuse(model, error)
+    finally:
+        if lock is not None:
+            lock.release()
+    return original(model, inputs, **kwargs)
+
+
 def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
     watch = RecompileWatch("generate() with a compiled model",
                            "the prompt length (dimension 1 of input_ids)")
@@ -358,7 +379,7 @@ def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[
             mode = inference_graphs.wanted(registry, self, kwargs)
             if mode is None:
                 return original(self, inputs, *args, **kwargs)
-            return _bucketed_generate(registry, original, self, inputs, kwargs, graphs=mode)[0]
+            return _graphed_generate(registry, original, self, inputs, kwargs, mode)
         before = compilations()
         result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
         if why is not None:

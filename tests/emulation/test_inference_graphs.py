@@ -12,7 +12,8 @@ SCRIPT = r"""
 import json, logging, os
 import torch
 from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, pipeline)
+                          MistralConfig, MistralForCausalLM, PreTrainedTokenizerFast,
+                          Qwen2Config, Qwen2ForCausalLM, pipeline)
 from transformers.generation.configuration_utils import CompileConfig
 from tokenizers import Tokenizer, models, pre_tokenizers
 from hpu_plugin.emulation import counters
@@ -32,8 +33,9 @@ def generate(model, graphs, **kw):
     os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
     ids = IDS.to("hpu")
     counters.reset()
-    out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=8,
-                         do_sample=False, **kw)
+    kw = {"max_new_tokens": 8, **kw}
+    out = model.generate(input_ids=ids, attention_mask=(ids != 0).long(), do_sample=False,
+                         **kw)
     return out.cpu().tolist(), counters.snapshot()
 
 result = {}
@@ -71,9 +73,41 @@ _, disabled = generate(model, "1", disable_compile=True)
 mine = CompileConfig(backend="eager")
 mine._compile_all_devices = True
 _, user_config = generate(model, "1", compile_config=mine, cache_implementation="static")
+_, config_only = generate(model, "1", compile_config=mine)
+model.generation_config.compile_config = mine
+_, model_config = generate(model, "1")
+# sliding layers: Transformers' static sliding cache branches on a Python int (a compile per
+# token; an HPU graph would replay its capture's branch)
+torch.manual_seed(0)
+mistral = MistralForCausalLM(MistralConfig(sliding_window=6, **SIZES)).to("hpu").eval()
+sliding_off, _ = generate(mistral, "0")
+sliding_on, sliding = generate(mistral, "1")
 result["not_taken"] = {"train": train_mode["compiled_graphs"],
                        "disable_compile": disabled["compiled_graphs"],
-                       "user_config": user_config["compiled_graphs"]}
+                       "user_config": user_config["compiled_graphs"],
+                       "config_only": config_only["compiled_graphs"],
+                       "model_config": model_config["compiled_graphs"],
+                       "sliding": sliding["compiled_graphs"],
+                       "sliding_same": sliding_on == sliding_off}
+
+# a graph that fails to compile: a warning, the model refused, the ordinary generate's tokens
+from torch._dynamo.backends import registry
+def failing(gm, example_inputs, **options):
+    raise RuntimeError("no recipe for this graph")
+backend = registry._COMPILER_FNS["hpu_backend"]
+registry._COMPILER_FNS["hpu_backend"] = failing
+torch.manual_seed(0)
+model = MODELS["llama"]().to("hpu").eval()
+plain, _ = generate(model, "0")
+failed, failed_counts = generate(model, "1")
+try:  # the user's own bad argument still reaches the user
+    generate(model, "1", max_new_tokens=-1)
+    user_error = None
+except ValueError as exc:
+    user_error = type(exc).__name__
+result["failed"] = {"same": failed == plain, "graphs": failed_counts["compiled_graphs"],
+                    "user_error": user_error}
+registry._COMPILER_FNS["hpu_backend"] = backend
 
 # the budget: one graph per model; a second bucket (batch 4) runs eagerly, with a warning
 os.environ["HPU_PLUGIN_GRAPHS_MAX"] = "1"
@@ -110,7 +144,11 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
         assert r["on"]["launches"] < 0.7 * r["off"]["launches"], (name, r)
     pipe = result["pipeline"]
     assert pipe["1"] == pipe["0"] and pipe["0_graphs"] == 0 and pipe["1_graphs"] == 5, pipe
-    assert result["not_taken"] == {"train": 0, "disable_compile": 0, "user_config": 0}
+    assert result["not_taken"] == {"train": 0, "disable_compile": 0, "user_config": 0,
+                                   "config_only": 0, "model_config": 0, "sliding": 0,
+                                   "sliding_same": True}, result["not_taken"]
+    assert result["failed"] == {"same": True, "graphs": 0, "user_error": "ValueError"}, result
+    assert "compiling the decoding steps of LlamaForCausalLM" in proc.stderr, proc.stderr[-3000:]
     assert result["budget"] == [7, 0], result["budget"]
     assert "HPU_PLUGIN_GRAPHS_MAX" in result["bad_budget"], result["bad_budget"]
     assert "Raise HPU_PLUGIN_GRAPHS_MAX (now 1)" in proc.stderr, proc.stderr[-3000:]
@@ -136,8 +174,19 @@ def generate(graphs):
     return out.cpu().tolist(), counters.snapshot()["graph_replays"]
 off = generate("0")
 runs = [generate("1") for _ in range(3)]
+# concurrent calls on one model: one at a time uses the kept cache and graphs, the others
+# run without; every one gets the same tokens
+import threading
+together = []
+threads = [threading.Thread(target=lambda: together.append(
+    model.generate(ids, attention_mask=(ids != 0).long(), max_new_tokens=6,
+                   do_sample=False).cpu().tolist())) for _ in range(3)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
 print("RESULT", [tokens == off[0] for tokens, _ in runs], [n for _, n in runs], off[1],
-      "forward" in vars(model))
+      "forward" in vars(model), together == [off[0]] * 3)
 """
 
 
@@ -147,4 +196,4 @@ def test_lazy_mode_replays_hpu_graphs_with_the_same_tokens(run):
     line = next(line for line in out.splitlines() if line.startswith("RESULT"))
     # every call the same tokens; from the second call on, the prefill and the 5 decoding
     # steps replay the bucket's graphs (one cache kept per bucket); the forward is the class's
-    assert line == "RESULT [True, True, True] [4, 6, 6] 0 False", line
+    assert line == "RESULT [True, True, True] [4, 6, 6] 0 False True", line
