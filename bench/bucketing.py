@@ -91,7 +91,7 @@ def padding_overhead(lengths: list[int]) -> tuple[float, list[int]]:
     from hpu_plugin.gaudi.shapes import bucket_for
     from hpu_plugin.registry import get_registry
 
-    buckets = get_registry().shape_buckets("length", "hpu", 1024) or ()
+    buckets = get_registry().shape_buckets("length", 1024) or ()
     padded = [bucket_for(n, buckets) for n in lengths]
     return (sum(padded) - sum(lengths)) / sum(lengths), sorted(set(padded))
 
@@ -195,7 +195,7 @@ def train_report(args: argparse.Namespace) -> int:
     train = training(args.steps)
     from hpu_plugin.registry import get_registry
 
-    buckets = [b for b in get_registry().shape_buckets("length", "hpu", 1024) or () if b <= 512]
+    buckets = [b for b in get_registry().shape_buckets("length", 1024) or () if b <= 512]
     off, on = train["without buckets"], train["with buckets"]
     print(f"Trainer: {args.steps} steps, batch 2, lengths 4..500, torch_compile=True")
     print(f"  {'':34}{'without buckets':>18}{'with buckets':>16}")

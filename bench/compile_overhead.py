@@ -51,7 +51,7 @@ def compile_interceptor(blocks: int = 31, calls: int = 300) -> None:
         intercepted(model, backend="eager")  # kept by the plugin: the same work underneath
 
     def hook_only() -> None:
-        registry.compile_backend("eager", "hpu")
+        registry.compile_backend("eager")
 
     plain(), routed()
     a, b = [], []

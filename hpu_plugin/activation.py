@@ -69,12 +69,14 @@ def autoload() -> None:
         return
     try:
         _activate()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C is the user's; what activation changed goes back
+        state.update(status="failed", reason="interrupted")
         raise
     except BaseException as exc:  # never break `import torch`; SystemExit included
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
-    _take_back()
+    finally:
+        _take_back()
 
 
 def _take_back() -> None:
@@ -101,11 +103,19 @@ def _export_defaults(registry: Registry) -> list[str]:
 
     proposed = dict(os.environ)
     registry.prepare_environment(proposed)
-    changed = sorted(name for name, value in proposed.items() if os.environ.get(name) != value)
+    # Only defaults: a variable the user set stays as the user set it, whatever a hook did
+    # to the copy (the spec says setdefault), and only text can be exported.
+    ignored = sorted(name for name in os.environ if proposed.get(name) != os.environ[name])
+    ignored += sorted(name for name, value in proposed.items()
+                      if name not in os.environ and not isinstance(value, str))
+    if ignored:
+        log.warning("hpu_plugin: an hpu_prepare_environment hook changed or removed %s, or set "
+                    "it to a value that is not text; ignored: a plugin may only add defaults "
+                    "as text (environ.setdefault(name, 'value'))", ", ".join(ignored))
+    changed = sorted(name for name, value in proposed.items()
+                     if name not in os.environ and isinstance(value, str))
     for name in changed:
         exported.setenv(name, proposed[name])
-    for name in sorted(set(os.environ) - set(proposed)):
-        exported.unsetenv(name)
     return changed
 
 

@@ -72,6 +72,15 @@ class _Hooks(types.SimpleNamespace):
     __hash__ = object.__hash__
 
 
+def _declares_device_type(function: Callable[..., Any]) -> bool:
+    """The deciding hooks took ``device_type`` until 0.1; pluggy would refuse such an
+    implementation with its own message, which does not say what to change."""
+    try:
+        return "device_type" in inspect.signature(function).parameters
+    except (TypeError, ValueError):  # a builtin or C callable: pluggy decides
+        return False
+
+
 class Registry:
     """The process's plugins and the decisions hosts ask them for."""
 
@@ -182,7 +191,10 @@ class Registry:
             problem = (f"implements {hook!r}, which no hpu_plugin hook spec declares"
                        if hook not in HOOK_NAMES and not opts.get("optionalhook") else
                        f"implements {hook!r} as an old-style hookwrapper; write "
-                       "@hookimpl(wrapper=True)" if opts.get("hookwrapper") else "")
+                       "@hookimpl(wrapper=True)" if opts.get("hookwrapper") else
+                       f"implements {hook!r} with a 'device_type' parameter, which no hook "
+                       "takes any more (it was always 'hpu'): remove the parameter"
+                       if _declares_device_type(function) else "")
             if problem:
                 record.status, record.reason = "failed", problem
                 self._report(record, "register", problem + "; skipped")

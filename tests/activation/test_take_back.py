@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 import sys
 
-from hpu_plugin.patching import Patches
+from hpu_plugin.activation import _export_defaults
+from hpu_plugin.hookspecs import hookimpl
+from hpu_plugin.loader import PluginRecord
+from hpu_plugin.patching import Patches, exported
+from hpu_plugin.registry import Registry
 
 
 def test_environment_changes_are_undone_back_to_what_was_there(monkeypatch) -> None:
@@ -44,3 +48,33 @@ def test_a_path_entry_is_withdrawn_with_the_modules_found_there(tmp_path) -> Non
         patches.undo()
     assert entry not in sys.path
     assert "hpu_test_standin" not in sys.modules
+
+
+class _Pushy:
+    """A plugin whose hook overrides, removes and mistypes, against the spec's setdefault."""
+
+    @hookimpl
+    def hpu_prepare_environment(self, environ):
+        environ["HPU_TEST_USERS"] = "ours"
+        environ.pop("HPU_TEST_GONE", None)
+        environ["HPU_TEST_NUMBER"] = 1
+        environ.setdefault("HPU_TEST_NEW", "1")
+
+
+def test_hooks_only_add_text_defaults_and_the_users_variables_stay(monkeypatch, caplog):
+    for name in ("HPU_TEST_NEW", "HPU_TEST_NUMBER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HPU_TEST_USERS", "theirs")
+    monkeypatch.setenv("HPU_TEST_GONE", "kept")
+    registry = Registry()
+    registry.register(_Pushy(), PluginRecord("pushy", "tests:pushy", "tests", "0",
+                                             first_party=False))
+    try:
+        assert _export_defaults(registry) == ["HPU_TEST_NEW"]
+        assert (os.environ["HPU_TEST_USERS"], os.environ["HPU_TEST_GONE"]) == ("theirs", "kept")
+        assert "HPU_TEST_NUMBER" not in os.environ
+        warned = " ".join(r.getMessage() for r in caplog.records)
+        assert all(n in warned for n in ("HPU_TEST_USERS", "HPU_TEST_GONE", "HPU_TEST_NUMBER"))
+    finally:
+        exported.undo()
+    assert "HPU_TEST_NEW" not in os.environ

@@ -172,6 +172,20 @@ def hpu_ddp_backend(requested, world_size):
     assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "ddp"]
 
 
+def test_a_plugin_written_for_hooks_with_device_type_is_told_to_remove_it(site, caplog):
+    site.add("olddevice", HEADER + """
+@hookimpl
+def hpu_ddp_backend(requested, device_type):
+    return "gloo"
+""")
+    registry = _registry(site.entry_points())
+    record = registry.records["olddevice"]
+    assert record.status == "failed" and "remove the parameter" in record.reason
+    assert "device_type" in record.reason
+    assert any("remove the parameter" in r.getMessage() for r in caplog.records)
+    assert registry.ddp_backend(None) == "hccl"  # the other plugins still decide
+
+
 def test_every_deciding_spec_declares_a_checked_type():
     assert set(RESULT_TYPES) == {
         "hpu_device_available", "hpu_device_properties", "hpu_compile_backend",
