@@ -9,7 +9,9 @@ the life of the process: ``HLS_MODULE_ID`` set by the emulated ``torch.hpu.set_d
 rank variables, ``HLS_MODULE_ID`` and ``ID`` set by the emulated hccl's
 ``initialize_distributed_hpu``, ``TORCHINDUCTOR_COMPILE_THREADS`` set by the stand-in
 ``habana_frameworks.torch``, and the emulator's ``torch.hpu`` registration with its modules
-in ``sys.modules``.
+in ``sys.modules``. Also outside: the environment of the plugin's own programs (doctor, the
+self-test's check processes, the ``hl-smi`` shim, a sentence-transformers pool worker), set
+at their start for the life of that process (docs/architecture.md lists each).
 
 Host modules bind helpers by name when they are imported (``from .utils import
 is_torch_hpu_available``), so replacing the origin alone misses every module imported

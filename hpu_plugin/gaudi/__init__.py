@@ -1,8 +1,10 @@
 """Facts about Gaudi hardware and its software stack, mostly as pure functions.
 
 Nothing here imports torch, a host library or a plugin: the plugins and the emulator both
-ask these rules, so what the emulator allows is what Gaudi allows. All of it is pure: what
-reads the machine or the process (running ``hl-smi``, the job check with its answer) is
+ask these rules, so what the emulator allows is what Gaudi allows. Nothing here runs a
+program, writes, or keeps state: the rules read only what they are given (and
+``software.real_gaudi_installed`` asks the import system whether ``habana_frameworks`` can be
+found). Running ``hl-smi`` and the job check that needs its answer are
 ``hpu_plugin.machine``; what the plugin changes is recorded in ``hpu_plugin.patching``.
 
 - ``visibility``   ``HABANA_VISIBLE_MODULES`` / ``HABANA_VISIBLE_DEVICES`` / ``HLS_MODULE_ID``
