@@ -201,8 +201,9 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
 # ``set_device(-1)``. With fewer than 8 modules visible, ``HABANA_VISIBLE_MODULES`` unset and
 # ``HLS_MODULE_ID`` unset (a pod or a machine with 1 to 7 Gaudis) that asserts "the only
 # supported device idx is 0"; on a whole server it writes the last module's id into
-# ``HLS_MODULE_ID``. CUDA's context manager restores the device its enter replaced, and
-# nothing when its enter replaced none: so does the adapted exit. Setting ``HLS_MODULE_ID``
+# ``HLS_MODULE_ID``. The adapted exit restores nothing when its enter selected nothing (as
+# CUDA's does when its enter replaced no device); when the enter did select a device, the
+# bridge's own exit runs unchanged. Setting ``HLS_MODULE_ID``
 # instead would reach every child process. The guard is the bridge's own code: its enter and
 # exit are run against a recording ``set_device`` (never the real one), and the adapter is
 # installed only when that exit selects a device its enter did not select.
@@ -244,10 +245,13 @@ def exit_selects_unentered_device(device_class: type) -> bool | None:
         set(enter.__code__.co_names) | set(exit_.__code__.co_names)
     ) <= _PROBED_NAMES:
         return None
+    if any(f.__closure__ or any(isinstance(c, types.CodeType) for c in f.__code__.co_consts)
+           for f in (enter, exit_)):
+        return None  # a closure or a nested function: names the check above cannot see
     recorder = _RecordingSetDevice(current=0)
-    context = device_class.__new__(device_class)
-    context.idx, context.prev_idx = -1, -1
     try:
+        context = device_class.__new__(device_class)
+        context.idx, context.prev_idx = -1, -1
         _with_set_device(enter, recorder)(context)
         if recorder.calls:  # an enter that selects a device without a module id: not 1.19's
             return None

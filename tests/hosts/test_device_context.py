@@ -54,6 +54,9 @@ _CHECKPOINT = """
     print(json.dumps(result))
 """
 
+#: What a probe of code it should not run would leave behind.
+TOUCHED: list[str] = []
+
 
 @pytest.mark.e2e
 def test_checkpoint_after_set_device_0_on_one_module_equals_no_checkpoint():
@@ -167,11 +170,39 @@ def test_a_bridge_whose_context_calls_other_code_is_left_alone():
 
     class Other(FaultyDevice):
         def __exit__(self, *exc: object) -> bool:
-            raise AssertionError("the probe must not run this")
+            if self.prev_idx != self.idx:
+                set_device(self.idx)
+            TOUCHED.append("exit")  # what a probe of unknown code could do to the machine
+            return False
 
+    TOUCHED.clear()
     patches = Patches()
     torch_adapter.install_device_context(patches, _bridge(Other))
+    assert TOUCHED == []
     assert patches.made == []
     assert "of the kind read in 1.19.0" in patching.stayed_out[
         "habana-torch-plugin torch.hpu.device exit"
     ]
+
+
+def test_a_context_the_probe_cannot_read_or_build_is_left_alone():
+    """A closure hides the names it calls; a class that cannot be built without arguments
+    would raise inside the probe: both stay out, and no other adapter is touched."""
+
+    def hidden(function):
+        def wrapper(self, *exc):
+            return function(self, *exc)
+        return wrapper
+
+    class Wrapped(FaultyDevice):
+        __exit__ = hidden(FaultyDevice.__exit__)
+
+    class NeedsArguments(FaultyDevice):
+        def __new__(cls, needed):
+            return super().__new__(cls)
+
+    for device_class in (Wrapped, NeedsArguments):
+        patches = Patches()
+        torch_adapter.install_device_context(patches, _bridge(device_class))
+        assert patches.made == [], device_class
+        assert "habana-torch-plugin torch.hpu.device exit" in patching.stayed_out
