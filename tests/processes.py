@@ -8,12 +8,14 @@ developer's shell may export ``HPU_PLUGIN_EMULATE`` or ``HABANA_VISIBLE_MODULES`
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 #: Prefixes and names of the settings the plugin, Gaudi and the launchers read.
 PREFIXES = ("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_", "ACCELERATE_", "HPU_TEST_")
@@ -80,3 +82,10 @@ def run_python(
 ) -> subprocess.CompletedProcess[str]:
     """``python -c <code> <args>`` (``code`` is dedented: tests write it indented)."""
     return run([sys.executable, "-c", textwrap.dedent(code), *args], env, timeout, cwd, check)
+
+
+def result_of(output: str) -> Any:
+    """The JSON a test script printed after ``RESULT`` on a line of its own output (scripts
+    print other lines too: warnings, the plugin's reports)."""
+    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
+    return json.loads(line[len("RESULT"):])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+from processes import result_of
 
 SCRIPT = """
 import json, torch
@@ -36,13 +36,10 @@ print("RESULT" + json.dumps({"start": start, "eager": eager, "fused": fused,
 """
 
 
-def _result(out: str) -> dict:
-    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
 
 
 def test_launches_and_syncs_are_counted_per_kind(run):
-    r = _result(run(SCRIPT).stdout)
+    r = result_of(run(SCRIPT).stdout)
     assert all(v == 0 for v in r["start"].values()), r["start"]
     eager = r["eager"]
     # matmul, add, relu_, clone (its copy), sum: five launches; .item() is a read, not one

@@ -3,9 +3,8 @@ on the emulated Gaudi, every fast path off against all on, for Llama, Qwen2, GPT
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from processes import result_of
 
 SCRIPT = r"""
 import json, os, random
@@ -98,8 +97,7 @@ print("RESULT" + json.dumps(result))
 @pytest.mark.e2e
 def test_fast_paths_keep_losses_and_tokens_and_cut_launches(run):
     out = run(SCRIPT, {"TRANSFORMERS_VERBOSITY": "error"}, timeout=600).stdout
-    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
-    result = json.loads(line[len("RESULT"):])
+    result = result_of(out)
     for name, arms in result.items():
         off, on = arms["off"], arms["on"]
         assert len(off["losses"]) == len(on["losses"]) == 20, name
@@ -165,8 +163,7 @@ print("RESULT" + json.dumps(out))
 @pytest.mark.e2e
 def test_fused_optimizers_and_clip_norm_match_torch_and_keep_its_state(run):
     out = run(OPTIMIZERS).stdout
-    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
-    result = json.loads(line[len("RESULT"):])
+    result = result_of(out)
     for name, r in result.items():
         assert r["diff"] < 1e-5, (name, r)  # six steps, a scheduler halving lr, clipping
         off, on = r["norms"]
@@ -218,8 +215,7 @@ print("RESULT" + json.dumps(out))
 @pytest.mark.e2e
 def test_fused_optimizer_under_fp16_with_a_gradient_scaler(run):
     out = run(FP16).stdout
-    line = next(line for line in out.splitlines() if line.startswith("RESULT"))
-    result = json.loads(line[len("RESULT"):])
+    result = result_of(out)
     for fused, r in result.items():  # torch's fused=True scales itself; fused=False does not
         assert r["diff"] < 1e-5, (fused, r)
         off, on = r["kernels"]

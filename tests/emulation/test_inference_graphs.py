@@ -4,9 +4,8 @@ user's own choices (compilation, cache, training mode) and the graph budget resp
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from processes import result_of
 
 SCRIPT = r"""
 import json, logging, os
@@ -130,8 +129,7 @@ print("RESULT" + json.dumps(result))
 @pytest.mark.e2e
 def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
     proc = run(SCRIPT, {"TRANSFORMERS_VERBOSITY": "error"}, timeout=600)
-    line = next(line for line in proc.stdout.splitlines() if line.startswith("RESULT"))
-    result = json.loads(line[len("RESULT"):])
+    result = result_of(proc.stdout)
     print({k: (v["on"]["launches"], v["off"]["launches"]) for k, v in result.items()
            if "on" in v})
     for name in ("llama", "qwen2", "gpt2"):

@@ -3,9 +3,8 @@ batches padded to buckets, a static cache of a bucketed length, the same tokens.
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from processes import result_of
 
 from .conftest import LLAMA, QWEN2
 
@@ -35,15 +34,12 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def _result(output: str) -> dict:
-    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("model", [LLAMA, QWEN2], ids=["llama", "qwen2"])
 def test_bucketed_generation_makes_the_same_tokens_with_few_compilations(run, model):
-    out = _result(run(model + GENERATE))
+    out = result_of(run(model + GENERATE))
     assert all(out["same"]), out
     assert all(got == want for got, want in out["shapes"]), out["shapes"]
     # buckets in use: length 64 (batch 1), 128 (batch 1), 64 (batch 4), 64 (batch 2);

@@ -3,9 +3,8 @@ semantics, and the recipe-cache model of ``hpu_backend``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from processes import result_of
 
 BRIDGE_LOOP = """
 import json, os, torch
@@ -63,14 +62,11 @@ print("RESULT" + json.dumps(out))
 """
 
 
-def _result(output: str) -> dict:
-    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
 
 
 @pytest.mark.e2e
 def test_the_bridges_shape_loop_counts_one_compilation_per_shape(run):
-    out = _result(run(BRIDGE_LOOP, {"PT_HPU_ENABLE_CACHE_METRICS": "1"}))
+    out = result_of(run(BRIDGE_LOOP, {"PT_HPU_ENABLE_CACHE_METRICS": "1"}))
     assert out["same_module"] and out["unknown"] and out["local_unknown_raises"]
     assert out["zero"]["graph_compilation"] == {"TotalNumber": 0, "TotalTime": 0, "AvgTime": 0}
     assert out["zero"]["cpu_fallback"] == {"TotalNumber": 0, "FallbackOps": {}}

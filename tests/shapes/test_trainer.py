@@ -4,6 +4,7 @@ labels masked, the same losses as unpadded training."""
 from __future__ import annotations
 
 import pytest
+from processes import result_of
 
 from .conftest import LLAMA
 
@@ -51,20 +52,15 @@ print("RESULT" + json.dumps({"losses": losses.losses,
 """
 
 
-def _result(output: str) -> dict:
-    import json
-
-    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
 
 
 @pytest.mark.e2e
 def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     script = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate")
     # rows keep the random sampler's order here, so the batches are the reference's
-    bucketed = _result(run(script, {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
+    bucketed = result_of(run(script, {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
     # the reference: the same training, not compiled, so nothing is padded
-    plain = _result(run(script.replace("torch_compile=True", "torch_compile=False")))
+    plain = result_of(run(script.replace("torch_compile=True", "torch_compile=False")))
     assert bucketed["wrapped"] == "BucketingCollator" and plain["wrapped"] == "function"
     assert len(bucketed["losses"]) == len(plain["losses"]) == 8
     for a, b in zip(bucketed["losses"], plain["losses"], strict=True):
@@ -72,7 +68,7 @@ def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     # lengths 3..150 fall in the buckets 64, 128, 256: a forward and a backward graph each
     assert bucketed["compilations"] <= 2 * 3, bucketed
     assert plain["compilations"] == 0
-    off = _result(run(script.replace("max_steps=8", "max_steps=1"), {"HPU_PLUGIN_BUCKETS": "0"}))
+    off = result_of(run(script.replace("max_steps=8", "max_steps=1"), {"HPU_PLUGIN_BUCKETS": "0"}))
     assert off["wrapped"] == "function"
 
 
@@ -111,7 +107,7 @@ def test_a_users_pad_to_multiple_of_wins_and_recompiling_is_reported(run):
         "COLLATOR", "DataCollatorWithPadding(Tok(), pad_to_multiple_of=8)"
     ).replace("losses = Losses()", "losses = Losses()" + TOKENIZER))
     output = run(script)
-    out = _result(output)
+    out = result_of(output)
     assert out["wrapped"] == "DataCollatorWithPadding", out
     assert len(out["losses"]) == 8  # unbucketed compiled training runs (symbolic shapes)
     warnings = [line for line in output.splitlines() if "keeps compiling" in line]
@@ -125,7 +121,7 @@ def test_a_users_pad_to_multiple_of_wins_and_recompiling_is_reported(run):
 def test_recompiling_with_buckets_off_names_the_switch(run):
     script = _spread(TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate"))
     output = run(script, {"HPU_PLUGIN_BUCKETS": "0"})
-    assert _result(output)["wrapped"] == "function"
+    assert result_of(output)["wrapped"] == "function"
     warnings = [line for line in output.splitlines() if "keeps compiling" in line]
     assert len(warnings) == 1, output[-3000:]
     assert "(HPU_PLUGIN_BUCKETS=0 is set): unset HPU_PLUGIN_BUCKETS" in warnings[0]
@@ -153,7 +149,7 @@ raise SystemExit(0)
 
 @pytest.mark.e2e
 def test_bucketed_training_batches_rows_of_similar_length(run):
-    result = _result(run(GROUPING))
+    result = result_of(run(GROUPING))
     grouped, kept = result["grouped"], result["kept"]
     assert grouped["sampler"] == "BucketGroupedSampler"
     assert grouped["order"] == list(range(16))  # every row once an epoch

@@ -8,9 +8,8 @@ draws one random number per element, so a padded batch would draw other masks.""
 
 from __future__ import annotations
 
-import json
-
 import pytest
+from processes import result_of
 
 SCRIPT = """
 import json, random, torch
@@ -113,9 +112,6 @@ print("RESULT" + json.dumps(out))
 BUCKETS = (64, 128, 256)
 
 
-def _result(output: str) -> dict:
-    line = next(line for line in output.splitlines() if line.startswith("RESULT"))
-    return json.loads(line[len("RESULT"):])
 
 
 @pytest.mark.e2e
@@ -124,7 +120,7 @@ def test_collator_batches_land_on_buckets_with_the_unpadded_loss(run, case):
     # the batches of rows of similar length (on by default with buckets) change which rows
     # share a step: off here, so the two runs see the same rows and only padding differs
     # (tests/shapes/test_trainer.py tests the grouping itself)
-    out = _result(run(SCRIPT.replace("CASE_NAME", case), {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
+    out = result_of(run(SCRIPT.replace("CASE_NAME", case), {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
     compiled, plain = out["compiled"], out["plain"]
     assert compiled["wrapped"] == "BucketingCollator", compiled["wrapped"]
     assert plain["wrapped"] != "BucketingCollator"
