@@ -32,7 +32,7 @@ from typing import Any
 
 from hpu_plugin import importhook
 from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts import inference_graphs
+from hpu_plugin.hosts import decoding_loop, inference_graphs
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -329,6 +329,9 @@ def _bucketed_generate(
     call = {k: v for k, v in kwargs.items()
             if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
     cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
+    if graphs == "eager" and "custom_generate" not in kwargs and decoding_loop.supported() \
+            and not decoding_loop.synced(model):
+        call["custom_generate"] = decoding_loop.decode
     settings = {"max_new_tokens": plan.new_tokens, **extra}
     if cache is None:
         settings["cache_implementation"] = "static"

@@ -1,0 +1,201 @@
+"""Transformers 5: greedy ``generate()`` of a graphed model as one graph launch per token.
+
+With ``inference_graphs`` the model's forward of each decoding step is one compiled graph,
+but Transformers' loop around it (``GenerationMixin._sample``) still runs op by op, about
+fifty launches a token: the inputs grow by a token each step (``input_ids``,
+``attention_mask``, ``position_ids``), so they cannot be in a graph of fixed shapes. Gaudi's
+own answer (optimum-habana's loop) keeps every input at a fixed shape and writes the new
+token at an index. This module does that for the calls it can take, through Transformers'
+own hook for a decoding loop (``generate(custom_generate=<callable>)``, which receives the
+prepared processors, stopping criteria, generation config and cache): the prefill and the
+first token run as Transformers runs them; each later token is one compiled step (the
+model's forward, the minimum-length rule, ``argmax``, the end-of-sequence bookkeeping), over
+an attention mask as long as the static cache, whose entry for a token is set when the token
+is appended (so the mask the model builds is the one Transformers' growing mask gives).
+
+Taken only where that is Transformers' greedy loop exactly: no sampling, no scores or
+attentions returned, a static cache of plain layers, logits processors limited to the
+minimum-length ones, stopping by length and end-of-sequence only. Anything else runs
+Transformers' own ``_sample``, unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from typing import Any
+
+BACKEND = "hpu_backend"
+#: model_kwargs the loop knows what to do with; any other runs Transformers' loop.
+KNOWN_KWARGS = frozenset({"attention_mask", "position_ids", "cache", "use_cache",
+                          "logits_to_keep"})
+MIN_LENGTH_RULES = ("MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor")
+STOPS = ("MaxLengthCriteria", "EosTokenCriteria")
+
+
+def synced(model: Any) -> bool:
+    """Whether ``generate()`` would decode in step with other ranks (DeepSpeed ZeRO-3 or FSDP
+    over several processes: ``synced_gpus``), which a loop given as a callable is not told."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return False
+    try:
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+        from transformers.integrations.fsdp import is_fsdp_managed_module
+    except Exception:
+        return True
+    return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
+
+
+def supported() -> bool:
+    """Whether this Transformers takes a decoding loop as a callable, its model forward a
+    ``cache=`` and its static layers keep their fill level in a tensor (5.x): the loop's
+    fixed shapes rely on all three."""
+    try:
+        from transformers.cache_utils import StaticLayer
+        from transformers.generation import utils
+    except Exception:
+        return False
+    generate = getattr(utils.GenerationMixin, "generate", None)
+    try:
+        parameters = inspect.signature(inspect.unwrap(generate)).parameters
+    except (TypeError, ValueError):
+        return False
+    mixin = utils.GenerationMixin
+    return ("custom_generate" in parameters and "cache" in getattr(utils, "ALL_CACHE_NAMES", ())
+            and "cumulative_length" in getattr(StaticLayer, "__annotations__", {})
+            and all(callable(getattr(mixin, name, None))
+                    for name in ("_prefill", "_update_model_kwargs_for_generation", "_sample")))
+
+
+def _min_length(processors: Any) -> tuple[int, Any] | bool | None:
+    """The length below which end-of-sequence is forbidden, with its ids; None without a
+    rule; False where a processor is one the loop does not compute (several minimum-length
+    rules are one when they forbid the same ids: the longest wins)."""
+    import torch
+
+    limit, ids = None, None
+    for processor in processors:
+        name = type(processor).__name__
+        if name not in MIN_LENGTH_RULES:
+            return False
+        mine = (processor.prompt_length_to_skip + processor.min_new_tokens
+                if name == MIN_LENGTH_RULES[0] else processor.min_length)
+        eos = processor.eos_token_id
+        if ids is not None and eos is not ids and not (
+                isinstance(eos, torch.Tensor) and isinstance(ids, torch.Tensor)
+                and eos.shape == ids.shape and bool(torch.equal(eos, ids))):
+            return False
+        limit, ids = max(int(mine), limit or 0), eos
+    return None if limit is None else (limit, ids)
+
+
+def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str, Any],
+          synced_gpus: bool, streamer: Any) -> bool:
+    from transformers.cache_utils import StaticCache, StaticLayer
+
+    if synced_gpus or streamer is not None or config.do_sample or config.return_dict_in_generate:
+        return False
+    if getattr(config, "num_beams", 1) not in (None, 1) or model.config.is_encoder_decoder:
+        return False
+    if not set(kwargs) <= KNOWN_KWARGS or kwargs.get("attention_mask") is None:
+        return False
+    cache = kwargs.get("cache")
+    if type(cache) is not StaticCache or any(type(layer) is not StaticLayer
+                                             for layer in cache.layers):
+        return False
+    if any(type(stop).__name__ not in STOPS for stop in stops) or stops.max_length is None:
+        return False
+    return _min_length(processors) is not False
+
+
+def _step(model: Any, cache: Any, token: Any, position: Any, mask: Any, unfinished: Any,
+          length: Any, eos: Any, pad: Any, min_length: Any, forbidden_ids: Any
+          ) -> tuple[Any, ...]:
+    """One decoding step, traced into one graph: what ``_sample`` does for a token."""
+    import torch
+
+    logits = model(input_ids=token, attention_mask=mask, position_ids=position, cache=cache,
+                   use_cache=True, return_dict=True).logits
+    scores = logits[:, -1].to(dtype=torch.float32)
+    if min_length is not None:
+        vocab = torch.arange(scores.shape[-1], device=scores.device)
+        forbidden = torch.isin(vocab, forbidden_ids) & (length < min_length)
+        scores = torch.where(forbidden, -torch.inf, scores)
+    chosen = torch.argmax(scores, dim=-1)
+    if pad is not None:
+        chosen = chosen * unfinished + pad * (1 - unfinished)
+        unfinished = unfinished & ~torch.isin(chosen, eos)
+    # the appended token's mask entry (the last one appended needs none: clamped)
+    column = torch.clamp(length, max=mask.shape[1] - 1).reshape(1)
+    mask = mask.index_fill(1, column, 1)
+    return chosen, position + 1, mask, unfinished, length + 1, unfinished.max() == 0
+
+
+def _compiled_step() -> Any:
+    """Made at each call: ``torch.compile`` looks the backend up when it is called, and the
+    graphs dynamo keeps for ``_step`` are reused by every wrapper of the same backend."""
+    import torch
+
+    return torch.compile(_step, backend=BACKEND, dynamic=False, fullgraph=False)
+
+
+def decode(model: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any,
+           generation_config: Any, synced_gpus: bool = False, streamer: Any = None,
+           **model_kwargs: Any) -> Any:
+    """The decoding loop given to ``generate(custom_generate=...)``: Transformers' greedy
+    loop with fixed shapes, or Transformers' own ``_sample`` where it does not fit."""
+    if not _fits(model, logits_processor, stopping_criteria, generation_config, model_kwargs,
+                 synced_gpus, streamer):
+        return type(model)._sample(model, input_ids, logits_processor=logits_processor,
+                                   stopping_criteria=stopping_criteria,
+                                   generation_config=generation_config,
+                                   synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+    optimize = getattr(model, "_optimize_model_for_decode", contextlib.nullcontext)
+    with optimize():
+        return _greedy(model, input_ids, logits_processor, stopping_criteria,
+                       generation_config, model_kwargs)
+
+
+def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any,
+            kwargs: dict[str, Any]) -> Any:
+    import torch
+
+    pad = config._pad_token_tensor
+    has_eos = any(hasattr(stop, "eos_token_id") for stop in stops)
+    if has_eos and pad is None:
+        raise ValueError("generate(): an end-of-sequence token is set but no pad_token_id; "
+                         "set generation_config.pad_token_id")
+    # the prefill and the first token, as Transformers' own loop makes them
+    outputs = model._prefill(input_ids, config, kwargs, is_first_iteration=True)
+    kwargs = model._update_model_kwargs_for_generation(outputs, kwargs, is_encoder_decoder=False)
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    scores = processors(input_ids, outputs.logits[:, -1].to(copy=True, dtype=torch.float32))
+    chosen = torch.argmax(scores, dim=-1)
+    if has_eos:
+        chosen = chosen * unfinished + pad * (1 - unfinished)
+    input_ids = torch.cat([input_ids, chosen[:, None]], dim=-1)
+    unfinished = unfinished & ~stops(input_ids, None)
+    del outputs
+    steps = stops.max_length - input_ids.shape[1]
+    if steps <= 0 or (has_eos and not bool(unfinished.any())):
+        return input_ids
+    cache, mask = kwargs["cache"], kwargs["attention_mask"]
+    width = cache.layers[0].max_cache_len
+    mask = torch.cat([mask, mask.new_zeros((mask.shape[0], width - mask.shape[1]))], dim=1)
+    eos = next((stop.eos_token_id for stop in stops if hasattr(stop, "eos_token_id")), None)
+    rule = _min_length(processors)
+    minimum, forbidden_ids = None, None
+    if rule:
+        minimum, forbidden_ids = torch.tensor(rule[0], device=input_ids.device), rule[1]
+    length = torch.tensor(input_ids.shape[1], device=input_ids.device)
+    state = (kwargs["position_ids"][..., -1:], mask, unfinished, length)
+    step, tokens = _compiled_step(), []
+    for _ in range(steps):
+        chosen, *state, done = step(model, cache, chosen[:, None], *state, eos,
+                                    pad if has_eos else None, minimum, forbidden_ids)
+        tokens.append(chosen)
+        if has_eos and bool(done):
+            break
+    return torch.cat([input_ids, torch.stack(tokens, dim=1)], dim=-1)
