@@ -190,7 +190,9 @@ def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any
     if rule:
         minimum, forbidden_ids = torch.tensor(rule[0], device=input_ids.device), rule[1]
     length = torch.tensor(input_ids.shape[1], device=input_ids.device)
-    state = (kwargs["position_ids"][..., -1:], mask, unfinished, length)
+    # a copy: a slice's strides would make the first step a graph of its own
+    position = kwargs["position_ids"][..., -1:].clone(memory_format=torch.contiguous_format)
+    state = (position, mask, unfinished, length)
     step, tokens = _compiled_step(), []
     for _ in range(steps):
         chosen, *state, done = step(model, cache, chosen[:, None], *state, eos,

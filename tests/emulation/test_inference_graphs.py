@@ -95,13 +95,17 @@ torch.manual_seed(0)
 model = MODELS["llama"]().to("hpu").eval()
 base, _ = generate(model, "0", max_new_tokens=12)
 eos = base[0][IDS.shape[1] + 3]
+from torch._dynamo.utils import counters as dynamo_counters
+graphs_before = dynamo_counters["stats"]["unique_graphs"]
 ended = {g: generate(model, g, max_new_tokens=12, eos_token_id=eos) for g in ("0", "1")}
+graphs_made = dynamo_counters["stats"]["unique_graphs"] - graphs_before
 suppressed = {g: generate(model, g, suppress_tokens=[base[0][IDS.shape[1]]]) for g in "01"}
 result["loop"] = {"ended_same": ended["0"][0] == ended["1"][0],
                   "ended_row": ended["1"][0][0][IDS.shape[1] + 3:],
                   "ended_launches": [ended[g][1]["launches"] for g in "01"],
                   "suppressed_same": suppressed["0"][0] == suppressed["1"][0],
-                  "suppressed_graphs": suppressed["1"][1]["compiled_graphs"]}
+                  "suppressed_graphs": suppressed["1"][1]["compiled_graphs"],
+                  "graphs_made": graphs_made}
 
 # a graph that fails to compile: a warning, the model refused, the ordinary generate's tokens
 from torch._dynamo.backends import registry
@@ -165,6 +169,7 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
         assert loop["ended_same"] and loop["suppressed_same"], loop
         assert loop["ended_row"][0] != 0 and set(loop["ended_row"][1:]) == {0}, loop
         assert loop["ended_launches"][1] < 0.25 * loop["ended_launches"][0], loop
+        assert loop["graphs_made"] == 1, loop  # one graph for the bucket, the first step's too
         assert loop["suppressed_graphs"] == 7, loop  # Transformers' loop, its compiled steps
     pipe = result["pipeline"]
     assert pipe["1"] == pipe["0"] and pipe["0_graphs"] == 0 and pipe["1_graphs"] == 5, pipe
