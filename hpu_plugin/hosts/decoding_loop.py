@@ -29,8 +29,24 @@ BACKEND = "hpu_backend"
 #: model_kwargs the loop knows what to do with; any other runs Transformers' loop.
 KNOWN_KWARGS = frozenset({"attention_mask", "position_ids", "cache", "use_cache",
                           "logits_to_keep"})
+#: generate() arguments Transformers hands only to its own loops: with a loop given as a
+#: callable it drops them (a ``tokenizer`` for ``stop_strings``, a streamer, an assistant).
+LOOP_ARGUMENTS = ("custom_generate", "tokenizer", "assistant_tokenizer", "assistant_model",
+                  "streamer", "synced_gpus")
 MIN_LENGTH_RULES = ("MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor")
 STOPS = ("MaxLengthCriteria", "EosTokenCriteria")
+
+
+class NotThisLoop(Exception):
+    """Raised before any work where the call's mode is not one ``_sample`` decodes (a mode
+    Transformers moved to the Hub, which a callable loop would silently replace): the caller
+    runs ``generate()`` again without the loop."""
+
+
+def takes(model: Any, kwargs: dict[str, Any]) -> bool:
+    """Whether a ``generate()`` call with these arguments may be given the loop."""
+    return (supported() and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS)
+            and not synced(model))
 
 
 def synced(model: Any) -> bool:
@@ -146,6 +162,10 @@ def decode(model: Any, input_ids: Any, logits_processor: Any, stopping_criteria:
            **model_kwargs: Any) -> Any:
     """The decoding loop given to ``generate(custom_generate=...)``: Transformers' greedy
     loop with fixed shapes, or Transformers' own ``_sample`` where it does not fit."""
+    from transformers.generation.utils import GENERATION_MODES_MAPPING
+
+    if GENERATION_MODES_MAPPING.get(generation_config.get_generation_mode(None)) != "_sample":
+        raise NotThisLoop
     if not _fits(model, logits_processor, stopping_criteria, generation_config, model_kwargs,
                  synced_gpus, streamer):
         return type(model)._sample(model, input_ids, logits_processor=logits_processor,

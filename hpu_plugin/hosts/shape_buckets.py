@@ -329,8 +329,7 @@ def _bucketed_generate(
     call = {k: v for k, v in kwargs.items()
             if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
     cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
-    if graphs == "eager" and "custom_generate" not in kwargs and decoding_loop.supported() \
-            and not decoding_loop.synced(model):
+    if graphs == "eager" and decoding_loop.takes(model, kwargs):
         call["custom_generate"] = decoding_loop.decode
     settings = {"max_new_tokens": plan.new_tokens, **extra}
     if cache is None:
@@ -342,7 +341,11 @@ def _bucketed_generate(
     token = _cache_length.set(plan.cache)
     try:
         with static_graphs(), inference_graphs.graphed(model, graphs):
-            out = original(model, input_ids, **call)
+            try:
+                out = original(model, input_ids, **call)
+            except decoding_loop.NotThisLoop:
+                call.pop("custom_generate")
+                out = original(model, input_ids, **call)
     finally:
         _cache_length.reset(token)
     return out[: plan.batch, plan.length_to - plan.length :], None

@@ -100,7 +100,19 @@ graphs_before = dynamo_counters["stats"]["unique_graphs"]
 ended = {g: generate(model, g, max_new_tokens=12, eos_token_id=eos) for g in ("0", "1")}
 graphs_made = dynamo_counters["stats"]["unique_graphs"] - graphs_before
 suppressed = {g: generate(model, g, suppress_tokens=[base[0][IDS.shape[1]]]) for g in "01"}
+# arguments Transformers gives only its own loops, and a mode it moved to the Hub
+stopped = {g: generate(model, g, max_new_tokens=12, tokenizer=tokenizer) for g in "01"}
+def contrastive(graphs):
+    try:
+        return generate(model, graphs, penalty_alpha=0.6, top_k=4)
+    except ValueError as exc:
+        return str(exc)
+moved = {g: contrastive(g) for g in "01"}
 result["loop"] = {"ended_same": ended["0"][0] == ended["1"][0],
+                  "stopped_same": stopped["0"][0] == stopped["1"][0] == base,
+                  # Transformers' loop (the callable would lose the tokenizer): its launches
+                  "stopped_loop": stopped["1"][1]["launches"] > 2 * ended["1"][1]["launches"],
+                  "moved_same": moved["0"] == moved["1"] and "trust_remote_code" in moved["1"],
                   "ended_row": ended["1"][0][0][IDS.shape[1] + 3:],
                   "ended_launches": [ended[g][1]["launches"] for g in "01"],
                   "suppressed_same": suppressed["0"][0] == suppressed["1"][0],
@@ -167,6 +179,7 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
             assert result[name]["on"]["launches"] < 0.25 * result[name]["off"]["launches"]
         loop = result["loop"]
         assert loop["ended_same"] and loop["suppressed_same"], loop
+        assert loop["stopped_same"] and loop["stopped_loop"] and loop["moved_same"], loop
         assert loop["ended_row"][0] != 0 and set(loop["ended_row"][1:]) == {0}, loop
         assert loop["ended_launches"][1] < 0.25 * loop["ended_launches"][0], loop
         assert loop["graphs_made"] == 1, loop  # one graph for the bucket, the first step's too
