@@ -26,12 +26,14 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.patching import Patches, is_ours, ours
+from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
 log = logging.getLogger("hpu_plugin")
 
+HOST = "transformers"
+ADAPTER = "fused rotary embeddings"
 NAME = "apply_rotary_pos_emb"
 HELPER = "rotate_half"
 REFERENCE = "transformers.models.llama.modeling_llama"
@@ -67,6 +69,7 @@ def llama_code() -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None] | None
         return None
     apply, helper = original(vars(llama).get(NAME)), vars(llama).get(HELPER)
     if _code(apply) is None or _code(helper) is None:
+        stay_out(HOST, ADAPTER, f"{REFERENCE}.{NAME} and {HELPER} as functions")
         return None
     return _code(apply), _code(helper)
 
