@@ -101,6 +101,22 @@ for arm in ("0", "1"):
     for name, (make, module) in MODELS.items():
         result.setdefault(name, {})[arm] = {"train": train(make), "tokens": generate(make)}
     result["rebound"][arm] = rebound()
+def bit_for_bit(cos_batch):
+    # the rebound function against Llama's own, forward and backward, float32 on hpu
+    torch.manual_seed(1)
+    q = torch.randn(2, 4, 7, 8, device="hpu", requires_grad=True)
+    k = torch.randn(2, 2, 7, 8, device="hpu", requires_grad=True)
+    cos, sin = torch.randn(2, cos_batch, 7, 8, device="hpu").unbind(0)
+    counters.reset()
+    fused = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    ran = counters.snapshot()["fused_kernels"]
+    plain = OWN[llama](q, k, cos, sin)
+    grads = [torch.autograd.grad((a * 1.5).sum() + (b * b).sum(), (q, k))
+             for a, b in (fused, plain)]
+    return (ran, all(torch.equal(a, b) for a, b in zip(fused, plain))
+            and all(torch.equal(a, b) for a, b in zip(*grads)))
+
+result["bit_for_bit"] = [bit_for_bit(2), bit_for_bit(1)]
 result["cpu_same"] = bool(torch.equal(result.pop("cpu_before"), cpu_logits()))
 result["cpu_tokens"].append(generate(MODELS["llama"][0], "cpu"))
 phi = lambda: Phi3ForCausalLM(Phi3Config(**{**SIZES, "partial_rotary_factor": 0.5}))
@@ -129,6 +145,11 @@ def test_losses_and_tokens_are_transformers_and_the_kernel_ran(result: dict, nam
     # q and k of 2 layers, forward and backward, at each of the 20 steps
     assert kernels_on - kernels_off == 20 * 2 * 2 * 2, (kernels_on, kernels_off)
     assert on["tokens"] == off["tokens"]
+
+
+def test_float32_forward_and_backward_are_llamas_bit_for_bit(result: dict) -> None:
+    # cos/sin of the query's batch (generate) and of batch 1 (the Trainer: no position ids)
+    assert result["bit_for_bit"] == [[2, True], [2, True]]
 
 
 def test_rebound_only_after_an_hpu_model_with_the_switch_on_and_undone(result: dict) -> None:
