@@ -272,9 +272,10 @@ def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     ``hpu-plugin info`` with an empty ``context``. ``name`` is one of
     ``"fused_optimizer"`` (AdamW/SGD stepped by the fused optimizer kernel),
     ``"fused_clip_norm"`` (gradient clipping by the fused clip-norm kernel),
-    ``"fused_sdpa"`` and ``"fused_rms_norm"`` (a Transformers model's attention and RMSNorm
-    layers by the fused kernels) and ``"inference_graphs"`` (the decoding steps of an eager
-    model's ``generate()`` run as graphs);
+    ``"fused_sdpa"``, ``"fused_rms_norm"`` and ``"fused_rope"`` (a Transformers model's
+    attention, RMSNorm layers and rotary embeddings by the fused kernels) and
+    ``"inference_graphs"`` (the decoding steps of an eager model's ``generate()`` run as
+    graphs);
     ``context`` holds plain facts of the case (``"optimizer"``: its class name, ``"model"``:
     the model type, ...). ``True`` takes the fast path, ``False`` keeps the ordinary one,
     ``None`` is no opinion (ordinary path when nobody has one). The hosts take a fast path

@@ -3,7 +3,8 @@
 Each adapter asks the registry (``hpu_fast_path``) whether to take a fast path, and takes
 it only where it gives the ordinary path's results: the fused optimizer and clip-norm in
 Accelerate (``fused_training``), the fused attention (through Transformers'
-attention registry) and RMSNorm kernels (``fused_modeling``). Installed only with a device ready.
+attention registry), RMSNorm kernels (``fused_modeling``) and rotary kernel (``fused_rope``,
+given with the RMSNorm). Installed only with a device ready.
 """
 
 from __future__ import annotations

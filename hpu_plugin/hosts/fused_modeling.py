@@ -1,4 +1,5 @@
-"""Transformers models on Gaudi: attention by hpex ``FusedSDPA``, RMSNorm by ``FusedRMSNorm``.
+"""Transformers models on Gaudi: attention by hpex ``FusedSDPA``, RMSNorm by ``FusedRMSNorm``,
+rotary embeddings by the hpex rotary helper (:mod:`hpu_plugin.hosts.fused_rope`).
 
 Attention goes through Transformers' own registry: every model with ``attn_implementation=
 "sdpa"`` (the default) asks ``AttentionInterface`` for ``"sdpa"`` at each call, so the entry
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts import fused_rope
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -195,10 +197,13 @@ def install_attention(registry: Registry, patches: Patches, module: types.Module
 MARK = "_hpu_plugin_fused_norms"
 
 
-def _norms_at(registry: Registry, method: Callable[..., Any],
+def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],
               model_of: Callable[[Any], Any]) -> Callable[..., Any]:
+    """``method`` that first gives the model its fused RMSNorm and rotary embeddings."""
+
     @functools.wraps(method)
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        model = None
         try:
             model = model_of(self)
             if model is not None:
@@ -206,6 +211,12 @@ def _norms_at(registry: Registry, method: Callable[..., Any],
         except Exception as exc:  # a fast path: never break the user's call
             say_once("fused-norms-failed", logging.WARNING,
                      "hpu_plugin: the fused RMSNorm is off: %r", exc)
+        try:
+            if model is not None:
+                fused_rope.fuse_rope(registry, patches, model)
+        except Exception as exc:
+            say_once("fused-rope-failed", logging.WARNING,
+                     "hpu_plugin: the fused rotary embedding is off: %r", exc)
         return method(self, *args, **kwargs)
 
     setattr(run, MARK, True)
@@ -219,7 +230,7 @@ def _wrap(registry: Registry, patches: Patches, module: types.ModuleType, owner:
     if method is None:
         stay_out(HOST, ADAPTER, f"{owner}.{name}")
     elif not getattr(method, MARK, False):
-        patches.set(cls, name, _norms_at(registry, method, model_of))
+        patches.set(cls, name, _norms_at(registry, patches, method, model_of))
 
 
 def install(registry: Registry, patches: Patches) -> None:

@@ -3,7 +3,7 @@
 Each fast path gives the ordinary path's results (the hosts take it only where it does), so
 on Gaudi each is on by default. ``HPU_PLUGIN_FAST=0`` turns every one off;
 ``HPU_PLUGIN_FAST_<NAME>`` (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``,
-``_GRAPHS``) turns one off (``0``) or on (``1``) whatever the first says.
+``_ROPE``, ``_GRAPHS``) turns one off (``0``) or on (``1``) whatever the first says.
 """
 
 from __future__ import annotations
