@@ -33,6 +33,9 @@ KNOWN_KWARGS = frozenset({"attention_mask", "position_ids", "cache", "use_cache"
 #: callable it drops them (a ``tokenizer`` for ``stop_strings``, a streamer, an assistant).
 LOOP_ARGUMENTS = ("custom_generate", "tokenizer", "assistant_tokenizer", "assistant_model",
                   "streamer", "synced_gpus")
+#: GenerationMixin methods whose work the loop does for each token.
+STOOD_IN_FOR = ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation",
+                "_prefill")
 MIN_LENGTH_RULES = ("MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor")
 STOPS = ("MaxLengthCriteria", "EosTokenCriteria")
 
@@ -115,7 +118,16 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
         return False
     if getattr(config, "num_beams", 1) not in (None, 1) or model.config.is_encoder_decoder:
         return False
-    if not set(kwargs) <= KNOWN_KWARGS or kwargs.get("attention_mask") is None:
+    # position ids: generate() makes them only for a forward that takes them (BLOOM's not)
+    if not set(kwargs) <= KNOWN_KWARGS or any(kwargs.get(name) is None
+                                              for name in ("attention_mask", "position_ids")):
+        return False
+    # the loop stands in for these three: a model with its own (Phi-3's drops the cache past
+    # its original length, multimodal models feed images at the prefill) keeps Transformers'
+    from transformers.generation.utils import GenerationMixin
+
+    if any(getattr(type(model), name, None) is not getattr(GenerationMixin, name, None)
+           for name in STOOD_IN_FOR):
         return False
     cache = kwargs.get("cache")
     if type(cache) is not StaticCache or any(type(layer) is not StaticLayer

@@ -21,6 +21,7 @@ import functools
 import importlib
 import logging
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ ADAPTER = "fused rotary embeddings"
 NAME = "apply_rotary_pos_emb"
 HELPER = "rotate_half"
 REFERENCE = "transformers.models.llama.modeling_llama"
+_rebinding = threading.Lock()
 #: The model attribute that caches the names of its modeling modules that can be taken.
 MODULES = "_hpu_plugin_rope_modules"
 
@@ -56,6 +58,14 @@ def original(function: Any) -> Any:
     return getattr(function, "__wrapped__", function) if is_ours(function) else function
 
 
+def _shipped(function: Any) -> bool:
+    """Whether ``function`` is the one ``modeling_llama.py`` defines (by its module and
+    file): a replacement bound there by someone else must not become the reference."""
+    code = getattr(function, "__code__", None)
+    return (getattr(function, "__module__", None) == REFERENCE and code is not None
+            and code.co_filename.replace("\\", "/").endswith("/llama/modeling_llama.py"))
+
+
 @functools.cache
 def llama_code() -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None] | None:
     """The code of Llama's ``apply_rotary_pos_emb`` and ``rotate_half`` as this Transformers
@@ -68,6 +78,10 @@ def llama_code() -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None] | None
                  REFERENCE, exc)
         return None
     apply, helper = original(vars(llama).get(NAME)), vars(llama).get(HELPER)
+    if not (_shipped(apply) and _shipped(helper)):
+        # a function put there by the user or another library is theirs, not the reference
+        stay_out(HOST, ADAPTER, f"{REFERENCE}.{NAME} and {HELPER} as Transformers ships them")
+        return None
     if _code(apply) is None or _code(helper) is None:
         stay_out(HOST, ADAPTER, f"{REFERENCE}.{NAME} and {HELPER} as functions")
         return None
@@ -200,6 +214,10 @@ def fuse_rope(registry: Registry, patches: Patches, model: Any) -> list[str]:
     if not unbound or _helper() is None or not registry.fast_path(
             "fused_rope", {"model": getattr(getattr(model, "config", None), "model_type", "")}):
         return []
-    for module in unbound:
-        patches.set(module, NAME, make_rope(registry, vars(module)[NAME]))
-    return [module.__name__ for module in unbound]
+    rebound = []
+    with _rebinding:  # two threads starting work at once must not wrap a module twice
+        for module in unbound:
+            if not is_ours(vars(module).get(NAME)):
+                patches.set(module, NAME, make_rope(registry, vars(module)[NAME]))
+                rebound.append(module.__name__)
+    return rebound

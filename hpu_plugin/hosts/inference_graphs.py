@@ -131,6 +131,18 @@ def full_attention_only(model: Any) -> bool:
     return all(kind == "full_attention" for kind in types)
 
 
+def fixed_rope(model: Any) -> bool:
+    """Whether the model's rotary embeddings are the same at every step. Dynamic and
+    LongRoPE scaling pick their frequencies from the longest position seen
+    (``dynamic_rope_update``): a graph would keep the choice of its first step."""
+    for module in model.modules():
+        kind = getattr(module, "rope_type", None)
+        kinds = kind.values() if isinstance(kind, dict) else [kind]
+        if any(isinstance(k, str) and ("dynamic" in k or k == "longrope") for k in kinds):
+            return False
+    return True
+
+
 def cache_argument() -> bool:
     """Whether this Transformers' ``generate()`` takes a cache object as ``cache=`` (5.x;
     4.x names it ``past_key_values`` and refuses ``cache`` as an unused model argument)."""
@@ -164,7 +176,7 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
     if getattr(model, "training", True) or vars(model).get(REFUSED) or _user_chose(model, kwargs):
         return None
-    if not full_attention_only(model):
+    if not (full_attention_only(model) and fixed_rope(model)):
         return None
     mode = "lazy" if _lazy() else "eager"
     if mode == "lazy" and not cache_argument():

@@ -57,6 +57,8 @@ _cache_length: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 GENERATE_CHOICES = (
     "past_key_values", "cache", "cache_implementation", "max_cache_len", "streamer",
     "assistant_model", "inputs_embeds", "prefill_chunk_size", "negative_prompt_ids",
+    # the user's own processors and criteria read input_ids, which padding lengthens
+    "logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn",
 )
 #: Generation settings under which padding could change the result, with their neutral values.
 NEUTRAL_SETTINGS: dict[str, tuple[Any, ...]] = {
@@ -195,6 +197,8 @@ def _why_not(model: Any, kwargs: dict[str, Any], config: Any) -> str | None:
         return "the model is an encoder-decoder"
     if getattr(type(model), "_supports_static_cache", True) is False:
         return "the model has no static cache"
+    if getattr(model_config, "alibi", False) is True:  # Falcon's: build_alibi_tensor fails
+        return "the model's alibi attention does not run with a static cache in Transformers"
     return None
 
 

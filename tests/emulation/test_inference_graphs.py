@@ -119,6 +119,37 @@ result["loop"] = {"ended_same": ended["0"][0] == ended["1"][0],
                   "suppressed_graphs": suppressed["1"][1]["compiled_graphs"],
                   "graphs_made": graphs_made}
 
+# models and calls left to Transformers (same tokens, no error): a forward without position
+# ids (BLOOM), LongRoPE (frequencies chosen by the longest position: a graph would keep its
+# first step's), Falcon's alibi (no static cache in Transformers), a stopping criterion of the
+# user's (it reads input_ids, which bucket padding would lengthen)
+from transformers import (BloomConfig, BloomForCausalLM, FalconConfig, FalconForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, StoppingCriteria, StoppingCriteriaList)
+class AtLength(StoppingCriteria):
+    def __call__(self, input_ids, scores, **kwargs):
+        done = input_ids.shape[1] >= IDS.shape[1] + 3
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
+ROPE = {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [3.0] * 4,
+        "rope_theta": 10000.0, "original_max_position_embeddings": 8}
+OTHERS = {
+    "bloom": lambda: BloomForCausalLM(BloomConfig(vocab_size=96, hidden_size=32, n_layer=2,
+                                                  n_head=4, pad_token_id=0, eos_token_id=2)),
+    "longrope": lambda: Phi3ForCausalLM(Phi3Config(original_max_position_embeddings=8,
+                                                   rope_parameters=ROPE, **SIZES)),
+    "alibi": lambda: FalconForCausalLM(FalconConfig(
+        vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, alibi=True,
+        new_decoder_architecture=False, pad_token_id=0, eos_token_id=2)),
+}
+others = {}
+for name, make in OTHERS.items():
+    torch.manual_seed(0)
+    other = make().to("hpu").eval()
+    runs = [generate(other, g) for g in "01"]
+    others[name] = runs[0][0] == runs[1][0]
+criteria = [generate(model, g, stopping_criteria=StoppingCriteriaList([AtLength()])) for g in "01"]
+others["criteria"] = criteria[0][0] == criteria[1][0] and len(criteria[1][0][0]) == IDS.shape[1] + 3
+result["others"] = others
+
 # a graph that fails to compile: a warning, the model refused, the ordinary generate's tokens
 from torch._dynamo.backends import registry
 def failing(gm, example_inputs, **options):
@@ -189,6 +220,8 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
     assert result["not_taken"] == {"train": 0, "disable_compile": 0, "user_config": 0,
                                    "config_only": 0, "model_config": 0, "sliding": 0,
                                    "sliding_same": True}, result["not_taken"]
+    assert result["others"] == {"bloom": True, "longrope": True, "alibi": True,
+                                "criteria": True}, result["others"]
     assert result["failed"] == {"same": True, "graphs": 0, "user_error": "ValueError"}, result
     assert "compiling the decoding steps of LlamaForCausalLM" in proc.stderr, proc.stderr[-3000:]
     assert result["budget"] == [7, 0], result["budget"]

@@ -180,3 +180,26 @@ def test_which_modules_have_llamas_rotary_code() -> None:
              ("llama", "mistral", "qwen2", "qwen3", "mixtral", "phi3", "gpt_neox", "cohere")}
     assert taken == {"llama": True, "mistral": True, "qwen2": True, "qwen3": True,
                      "mixtral": True, "phi3": False, "gpt_neox": False, "cohere": False}
+
+
+def test_a_replacement_bound_in_modeling_llama_is_not_taken_as_the_reference(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    shipped = llama.apply_rotary_pos_emb
+
+    def apply_rotary_pos_emb(q: object, k: object, cos: object, sin: object,
+                             unsqueeze_dim: int = 1) -> object:
+        return shipped(q, k, cos, sin, unsqueeze_dim)  # the user's own, e.g. with logging
+
+    monkeypatch.setattr(llama, "apply_rotary_pos_emb", apply_rotary_pos_emb)
+    fused_rope.llama_code.cache_clear()
+    try:
+        # the user's function would match itself; Transformers' copies no longer match it
+        assert fused_rope.llama_code() is None
+        assert not fused_rope.is_llamas(llama)
+        assert not fused_rope.is_llamas(
+            importlib.import_module("transformers.models.qwen2.modeling_qwen2"))
+    finally:
+        fused_rope.llama_code.cache_clear()
+    monkeypatch.undo()
+    assert fused_rope.is_llamas(llama)
