@@ -1,4 +1,4 @@
-"""Transformers 5: greedy ``generate()`` of a graphed model as one graph launch per token.
+"""Transformers 4.57 and 5: greedy ``generate()`` of a graphed model, one graph launch a token.
 
 With ``inference_graphs`` the model's forward of each decoding step is one compiled graph,
 but Transformers' loop around it (``GenerationMixin._sample``) still runs op by op, about
@@ -22,20 +22,27 @@ Transformers' own ``_sample``, unchanged.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 from typing import Any
 
 BACKEND = "hpu_backend"
-#: model_kwargs the loop knows what to do with; any other runs Transformers' loop.
-KNOWN_KWARGS = frozenset({"attention_mask", "position_ids", "cache", "use_cache",
-                          "logits_to_keep"})
+#: model_kwargs the loop knows what to do with, by Transformers' API; any other runs
+#: Transformers' loop. 5.x makes position ids in generate(); 4.57 in each step.
+KNOWN_KWARGS = {"5": frozenset({"attention_mask", "position_ids", "cache", "use_cache",
+                                "logits_to_keep"}),
+                "4": frozenset({"attention_mask", "past_key_values", "use_cache",
+                                "logits_to_keep"})}
+CACHE_NAME = {"5": "cache", "4": "past_key_values"}
 #: generate() arguments Transformers hands only to its own loops: with a loop given as a
 #: callable it drops them (a ``tokenizer`` for ``stop_strings``, a streamer, an assistant).
 LOOP_ARGUMENTS = ("custom_generate", "tokenizer", "assistant_tokenizer", "assistant_model",
                   "streamer", "synced_gpus")
-#: GenerationMixin methods whose work the loop does for each token.
-STOOD_IN_FOR = ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation",
-                "_prefill")
+#: GenerationMixin methods whose work the loop does (or calls) for each token.
+STOOD_IN_FOR = {"5": ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation",
+                      "_prefill"),
+                "4": ("prepare_inputs_for_generation", "_update_model_kwargs_for_generation",
+                      "_get_initial_cache_position")}
 MIN_LENGTH_RULES = ("MinNewTokensLengthLogitsProcessor", "MinLengthLogitsProcessor")
 STOPS = ("MaxLengthCriteria", "EosTokenCriteria")
 
@@ -67,25 +74,35 @@ def synced(model: Any) -> bool:
     return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
 
 
-def supported() -> bool:
-    """Whether this Transformers takes a decoding loop as a callable, its model forward a
-    ``cache=`` and its static layers keep their fill level in a tensor (5.x): the loop's
-    fixed shapes rely on all three."""
+@functools.cache
+def api() -> str | None:
+    """Which Transformers the loop speaks to: ``"5"`` (a forward takes ``cache=``, static
+    layers keep their fill level in a tensor), ``"4"`` (4.57: ``past_key_values=`` and a
+    ``cache_position`` from the loop), or None where ``generate()`` takes no loop as a
+    callable (4.51) or a method the loop stands in for is missing."""
     try:
         from transformers.cache_utils import StaticLayer
         from transformers.generation import utils
     except Exception:
-        return False
-    generate = getattr(utils.GenerationMixin, "generate", None)
-    try:
-        parameters = inspect.signature(inspect.unwrap(generate)).parameters
-    except (TypeError, ValueError):
-        return False
+        return None
     mixin = utils.GenerationMixin
-    return ("custom_generate" in parameters and "cache" in getattr(utils, "ALL_CACHE_NAMES", ())
-            and "cumulative_length" in getattr(StaticLayer, "__annotations__", {})
-            and all(callable(getattr(mixin, name, None))
-                    for name in ("_prefill", "_update_model_kwargs_for_generation", "_sample")))
+    try:
+        source = inspect.getsource(inspect.unwrap(mixin.generate))
+    except (OSError, TypeError):
+        return None
+    if "isinstance(custom_generate, Callable)" not in source or not isinstance(
+            StaticLayer, type) or not callable(getattr(mixin, "_sample", None)):
+        return None
+    version = "5" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "4"
+    if version == "5" and "cumulative_length" not in getattr(StaticLayer, "__annotations__", {}):
+        return None
+    return version if all(callable(getattr(mixin, name, None))
+                          for name in STOOD_IN_FOR[version]) else None
+
+
+def supported() -> bool:
+    """Whether this Transformers can be given the loop."""
+    return api() is not None
 
 
 def _min_length(processors: Any) -> tuple[int, Any] | bool | None:
@@ -118,18 +135,22 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
         return False
     if getattr(config, "num_beams", 1) not in (None, 1) or model.config.is_encoder_decoder:
         return False
-    # position ids: generate() makes them only for a forward that takes them (BLOOM's not)
-    if not set(kwargs) <= KNOWN_KWARGS or any(kwargs.get(name) is None
-                                              for name in ("attention_mask", "position_ids")):
+    version = api()
+    if version is None or not set(kwargs) <= KNOWN_KWARGS[version] or kwargs.get(
+            "attention_mask") is None:
         return False
-    # the loop stands in for these three: a model with its own (Phi-3's drops the cache past
-    # its original length, multimodal models feed images at the prefill) keeps Transformers'
+    # position ids: made only for a forward that takes them (BLOOM's takes none)
+    if (kwargs.get("position_ids") is None if version == "5" else not {
+            "position_ids", "cache_position"} <= set(inspect.signature(model.forward).parameters)):
+        return False
+    # the loop stands in for these: a model with its own (Phi-3's drops the cache past its
+    # original length, multimodal models feed images at the prefill) keeps Transformers'
     from transformers.generation.utils import GenerationMixin
 
     if any(getattr(type(model), name, None) is not getattr(GenerationMixin, name, None)
-           for name in STOOD_IN_FOR):
+           for name in STOOD_IN_FOR[version]):
         return False
-    cache = kwargs.get("cache")
+    cache = kwargs.get(CACHE_NAME[version])
     if type(cache) is not StaticCache or any(type(layer) is not StaticLayer
                                              for layer in cache.layers):
         return False
@@ -138,14 +159,17 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
     return _min_length(processors) is not False
 
 
-def _step(model: Any, cache: Any, token: Any, position: Any, mask: Any, unfinished: Any,
-          length: Any, eos: Any, pad: Any, min_length: Any, forbidden_ids: Any
-          ) -> tuple[Any, ...]:
-    """One decoding step, traced into one graph: what ``_sample`` does for a token."""
+def _step(model: Any, cache: Any, version: str, token: Any, position: Any, mask: Any,
+          unfinished: Any, length: Any, eos: Any, pad: Any, min_length: Any,
+          forbidden_ids: Any) -> tuple[Any, ...]:
+    """One decoding step, traced into one graph: what ``_sample`` does for a token. The
+    token fed is the ``length``-th, at cache index ``length - 1`` (4.57 is told it)."""
     import torch
 
-    logits = model(input_ids=token, attention_mask=mask, position_ids=position, cache=cache,
-                   use_cache=True, return_dict=True).logits
+    where = ({"cache": cache} if version == "5" else
+             {"past_key_values": cache, "cache_position": (length - 1).reshape(1)})
+    logits = model(input_ids=token, attention_mask=mask, position_ids=position, use_cache=True,
+                   return_dict=True, **where).logits
     scores = logits[:, -1].to(dtype=torch.float32)
     if min_length is not None:
         vocab = torch.arange(scores.shape[-1], device=scores.device)
@@ -199,9 +223,8 @@ def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any
     if has_eos and pad is None:
         raise ValueError("generate(): an end-of-sequence token is set but no pad_token_id; "
                          "set generation_config.pad_token_id")
-    # the prefill and the first token, as Transformers' own loop makes them
-    outputs = model._prefill(input_ids, config, kwargs, is_first_iteration=True)
-    kwargs = model._update_model_kwargs_for_generation(outputs, kwargs, is_encoder_decoder=False)
+    version = api()
+    outputs, kwargs = _prefill(model, version, input_ids, config, kwargs)
     unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
     scores = processors(input_ids, outputs.logits[:, -1].to(copy=True, dtype=torch.float32))
     chosen = torch.argmax(scores, dim=-1)
@@ -213,7 +236,7 @@ def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any
     steps = stops.max_length - input_ids.shape[1]
     if steps <= 0 or (has_eos and not bool(unfinished.any())):
         return input_ids
-    cache, mask = kwargs["cache"], kwargs["attention_mask"]
+    cache, mask = kwargs[CACHE_NAME[version]], kwargs["attention_mask"]
     width = cache.layers[0].max_cache_len
     mask = torch.cat([mask, mask.new_zeros((mask.shape[0], width - mask.shape[1]))], dim=1)
     eos = next((stop.eos_token_id for stop in stops if hasattr(stop, "eos_token_id")), None)
@@ -222,14 +245,30 @@ def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any
     if rule:
         minimum, forbidden_ids = torch.tensor(rule[0], device=input_ids.device), rule[1]
     length = torch.tensor(input_ids.shape[1], device=input_ids.device)
-    # a copy: a slice's strides would make the first step a graph of its own
-    position = kwargs["position_ids"][..., -1:].clone(memory_format=torch.contiguous_format)
+    if version == "5":  # a copy: a slice's strides would make the first step a graph of its own
+        position = kwargs["position_ids"][..., -1:].clone(memory_format=torch.contiguous_format)
+    else:  # 4.57 counts it from the mask in each step: the ones so far, less one
+        position = kwargs["attention_mask"].long().sum(-1, keepdim=True) - 1
     state = (position, mask, unfinished, length)
     step, tokens = _compiled_step(), []
     for _ in range(steps):
-        chosen, *state, done = step(model, cache, chosen[:, None], *state, eos,
+        chosen, *state, done = step(model, cache, version, chosen[:, None], *state, eos,
                                     pad if has_eos else None, minimum, forbidden_ids)
         tokens.append(chosen)
         if has_eos and bool(done):
             break
     return torch.cat([input_ids, torch.stack(tokens, dim=1)], dim=-1)
+
+
+def _prefill(model: Any, version: str | None, input_ids: Any, config: Any,
+             kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The prefill, as Transformers' own loop runs it, and the inputs it leaves for the
+    first decoding step."""
+    if version == "5":
+        outputs = model._prefill(input_ids, config, kwargs, is_first_iteration=True)
+    else:
+        kwargs = model._get_initial_cache_position(input_ids.shape[1], input_ids.device, kwargs)
+        inputs = model.prepare_inputs_for_generation(input_ids, **kwargs)
+        outputs = model(**inputs, return_dict=True)
+    kwargs = model._update_model_kwargs_for_generation(outputs, kwargs, is_encoder_decoder=False)
+    return outputs, kwargs

@@ -6,7 +6,7 @@ each a ``CompileConfig()``), and in lazy mode never a ``generate()`` argument th
 from __future__ import annotations
 
 import pytest
-from processes import emulated, run_python
+from processes import emulated, result_of, run_python
 
 from hpu_plugin.hosts import inference_graphs
 
@@ -55,3 +55,49 @@ def test_lazy_mode_generate_runs_with_the_same_tokens() -> None:
     env = emulated(PT_HPU_LAZY_MODE="1", TRANSFORMERS_VERBOSITY="error")
     done = run_python(LAZY, env, timeout=300, check=True)
     assert done.stdout.splitlines()[-1] == "True", done.stderr[-3000:]
+
+
+LOOP = """
+    import json, os
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from hpu_plugin.emulation import counters
+    from hpu_plugin.hosts import decoding_loop
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, max_position_embeddings=64,
+                                         pad_token_id=0, eos_token_id=None))
+    model = model.to("hpu").eval()
+    ids = torch.tensor([[0, 0, 5, 9, 14, 27], [4, 8, 15, 16, 23, 42]]).to("hpu")
+    def generate(graphs, **kw):
+        os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
+        counters.reset()
+        out = model.generate(ids, attention_mask=(ids != 0).long(), do_sample=False, **kw)
+        return out.cpu().tolist(), counters.snapshot()["launches"]
+    base = generate("0", max_new_tokens=10)[0]
+    runs = {}
+    eos = base[0][8]  # the third new token of row 0: that row ends there
+    for name, kw in {"plain": {}, "eos": {"eos_token_id": eos},
+                     "min_new": {"min_new_tokens": 10, "eos_token_id": eos}}.items():
+        off, on = generate("0", max_new_tokens=10, **kw), generate("1", max_new_tokens=10, **kw)
+        runs[name] = [off[0] == on[0], off[1], generate("1", max_new_tokens=10, **kw)[1]]
+    print("RESULT" + json.dumps({"api": decoding_loop.api(), "runs": runs}))
+"""
+
+
+def test_the_fixed_shape_loop_where_the_host_takes_one_gives_transformers_tokens() -> None:
+    """4.57 and 5.x take a decoding loop as a callable (two APIs: ``past_key_values`` with a
+    ``cache_position`` from the loop, ``cache=``); 4.51 takes none and keeps its own loop."""
+    import transformers
+
+    major, minor = (int(n) for n in transformers.__version__.split(".")[:2])
+    expected = None if (major, minor) < (4, 57) else ("4" if major == 4 else "5")
+    env = emulated(TRANSFORMERS_VERBOSITY="error")
+    done = run_python(LOOP, env, timeout=300, check=True)
+    result = result_of(done.stdout)
+    assert result["api"] == expected
+    for name, (same, off, on) in result["runs"].items():
+        assert same, (name, result)  # greedy tokens identical, also a row ended early
+        if expected is not None and name != "eos":  # ten tokens; the eos run ends after 3
+            assert on < 0.25 * off, (name, result)  # a token: one graph run
