@@ -26,6 +26,8 @@ import functools
 import inspect
 from typing import Any
 
+from hpu_plugin.patching import host_version, record_out
+
 BACKEND = "hpu_backend"
 #: model_kwargs the loop knows what to do with, by Transformers' API; any other runs
 #: Transformers' loop. 5.x makes position ids in generate(); 4.57 in each step.
@@ -55,8 +57,13 @@ class NotThisLoop(Exception):
 
 def takes(model: Any, kwargs: dict[str, Any]) -> bool:
     """Whether a ``generate()`` call with these arguments may be given the loop."""
-    return (supported() and not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS)
-            and not synced(model))
+    if not supported():
+        # recorded for info and doctor, not logged: on 4.51 this is how the host is
+        record_out("Transformers", "fixed-shape decoding loop", "Transformers "
+                   f"{host_version('Transformers')} has no generate(custom_generate=<callable>)"
+                   " with the methods the loop stands in for")
+        return False
+    return not any(kwargs.get(name) is not None for name in LOOP_ARGUMENTS) and not synced(model)
 
 
 def synced(model: Any) -> bool:
@@ -139,16 +146,23 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
     if version is None or not set(kwargs) <= KNOWN_KWARGS[version] or kwargs.get(
             "attention_mask") is None:
         return False
-    # position ids: made only for a forward that takes them (BLOOM's takes none)
-    if (kwargs.get("position_ids") is None if version == "5" else not {
-            "position_ids", "cache_position"} <= set(inspect.signature(model.forward).parameters)):
+    # position ids: made only for a forward that takes them (BLOOM's takes none); the cache
+    # as a named argument (a forward that drops it would leave the loop without one)
+    named = set(inspect.signature(model.forward).parameters)
+    if kwargs.get("position_ids") is None if version == "5" else "position_ids" not in named:
         return False
-    # the loop stands in for these: a model with its own (Phi-3's drops the cache past its
-    # original length, multimodal models feed images at the prefill) keeps Transformers'
+    if not ({"cache"} if version == "5" else {"past_key_values", "cache_position"}) <= named:
+        return False
+    # 4.57's loop chunks the prefill itself (5.x's _prefill, which the loop calls, does)
+    if version == "4" and getattr(config, "prefill_chunk_size", None) is not None:
+        return False
+    # the loop stands in for these: a model with its own, on its class or the instance
+    # (Phi-3's drops the cache past its original length, multimodal models feed images at
+    # the prefill, PEFT's prompt learning sets one on the model) keeps Transformers'
     from transformers.generation.utils import GenerationMixin
 
-    if any(getattr(type(model), name, None) is not getattr(GenerationMixin, name, None)
-           for name in STOOD_IN_FOR[version]):
+    if any(getattr(getattr(model, name, None), "__func__", None)
+           is not getattr(GenerationMixin, name, None) for name in STOOD_IN_FOR[version]):
         return False
     cache = kwargs.get(CACHE_NAME[version])
     if type(cache) is not StaticCache or any(type(layer) is not StaticLayer

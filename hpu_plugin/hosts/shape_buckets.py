@@ -199,7 +199,26 @@ def _why_not(model: Any, kwargs: dict[str, Any], config: Any) -> str | None:
         return "the model has no static cache"
     if getattr(model_config, "alibi", False) is True:  # Falcon's: build_alibi_tensor fails
         return "the model's alibi attention does not run with a static cache in Transformers"
+    if "prepare_inputs_for_generation" in vars(model):  # PEFT's prompt learning sets one
+        return ("the model's prepare_inputs_for_generation is set on the model itself (PEFT "
+                "prompt learning): it may not take a static cache")
+    if not _takes_cache_position(model):
+        return "the model's forward takes no cache_position (Transformers 4.x needs it)"
     return None
+
+
+def _takes_cache_position(model: Any) -> bool:
+    """Transformers 4.x writes a static cache where ``cache_position`` says; a forward that
+    does not name it (5.x's do not: their static layers count for themselves) would write
+    elsewhere."""
+    from transformers.generation import utils
+
+    if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()):
+        return True
+    try:
+        return "cache_position" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _new_tokens(kwargs: dict[str, Any], config: Any, length: int) -> int | None:

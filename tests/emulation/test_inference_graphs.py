@@ -147,6 +147,23 @@ for name, make in OTHERS.items():
     runs = [generate(other, g) for g in "01"]
     others[name] = runs[0][0] == runs[1][0]
 criteria = [generate(model, g, stopping_criteria=StoppingCriteriaList([AtLength()])) for g in "01"]
+# a prepare_inputs_for_generation set on the model itself (as PEFT's prompt learning does),
+# and PEFT's prompt tuning: Transformers' loop and cache as the user set them up
+torch.manual_seed(0)
+remapped = MODELS["llama"]().to("hpu").eval()
+def remap(input_ids, **kwargs):
+    inputs = type(remapped).prepare_inputs_for_generation(remapped, input_ids, **kwargs)
+    inputs["input_ids"] = inputs["input_ids"] * 7 % 90 + 3
+    return inputs
+remapped.prepare_inputs_for_generation = remap
+runs = [generate(remapped, g) for g in "01"]
+others["instance"] = runs[0][0] == runs[1][0]
+from peft import PromptTuningConfig, get_peft_model
+torch.manual_seed(0)
+prompted = get_peft_model(MODELS["llama"](), PromptTuningConfig(
+    task_type="CAUSAL_LM", num_virtual_tokens=4)).to("hpu").eval()
+runs = [generate(prompted, g) for g in "01"]
+others["prompt_tuning"] = runs[0][0] == runs[1][0]
 others["criteria"] = criteria[0][0] == criteria[1][0] and len(criteria[1][0][0]) == IDS.shape[1] + 3
 result["others"] = others
 
@@ -221,7 +238,8 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
                                    "config_only": 0, "model_config": 0, "sliding": 0,
                                    "sliding_same": True}, result["not_taken"]
     assert result["others"] == {"bloom": True, "longrope": True, "alibi": True,
-                                "criteria": True}, result["others"]
+                                "criteria": True, "instance": True,
+                                "prompt_tuning": True}, result["others"]
     assert result["failed"] == {"same": True, "graphs": 0, "user_error": "ValueError"}, result
     assert "compiling the decoding steps of LlamaForCausalLM" in proc.stderr, proc.stderr[-3000:]
     assert result["budget"] == [7, 0], result["budget"]
