@@ -56,8 +56,10 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "habana_frameworks.torch.hpex.kernels:RotaryPosEmbeddingHelperV2"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
              "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
-             "with hpu_backend (eager mode), HPU graphs (lazy mode)",
-             "one launch per decoding step's forward instead of one per op",
+             "with hpu_backend (eager mode; a greedy token is one graph on Transformers 4.57+),"
+             " HPU graphs (lazy mode)",
+             "one launch per generated token (or per decoding step's forward) instead of one "
+             "per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
 )
 
