@@ -81,14 +81,25 @@ def autoload() -> None:
 
 def _take_back() -> None:
     """A plugin that ends failed leaves the environment as it found it: the defaults it
-    exported would otherwise reach child processes as if the user had set them. Without a
+    exported would otherwise reach child processes as if the user had set them; host
+    adapters already installed would ask a plugin that is off; an emulator that failed half
+    way would leave its ``hl-smi`` on ``PATH`` and its ``torch.manual_seed``. Without a
     running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
-    import it and take their Gaudi branches."""
+    import it and take their Gaudi branches. (A runtime the emulator loaded stays loaded, and
+    ``torch.hpu`` once registered stays: torch has no way to take either back.)"""
     try:
         from hpu_plugin.patching import exported, search_path
 
         if state["status"] == "failed":
             exported.undo()
+            for name in ("hpu_plugin.hosts", "hpu_plugin.emulation.runtime"):
+                module = sys.modules.get(name)  # only what activation got as far as
+                if module is None:
+                    continue
+                if name.endswith("hosts"):
+                    module.uninstall()
+                else:
+                    module.patches.undo()
         if state.get("emulator") != "started":
             search_path.undo()
     except Exception as exc:

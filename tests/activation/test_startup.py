@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from processes import run_python, scrubbed
 
 PROBE = """
@@ -88,3 +89,41 @@ def test_gaudi_software_initialised_before_the_plugin_is_reported(tmp_path) -> N
     assert out.returncode == 0 and "imported" in out.stdout, out.stderr[-2000:]
     assert "initialised before hpu_plugin could set" in out.stderr
     assert "export PT_ENABLE_INT64_SUPPORT=1 PT_HPU_LAZY_MODE=0" in out.stderr
+
+
+HALF_STARTED = """
+import json, os, sys
+from hpu_plugin.emulation import startup
+from hpu_plugin.registry import Registry
+def fail(*args):
+    raise RuntimeError("no room for hl-smi")
+if sys.argv[1] == "emulator":  # the emulator fails after its runtime started
+    startup._install_hlsmi_shim = fail
+else:  # activation fails after the host adapters are installed
+    Registry.device_available = fail
+path = os.environ["PATH"]
+import torch
+from hpu_plugin import activation, hosts
+from hpu_plugin.patching import is_ours
+print(json.dumps({
+    "status": activation.state["status"],
+    "seed_is_ours": is_ours(torch.manual_seed),
+    "path_same": os.environ["PATH"] == path,
+    "hosts": hosts.installed(),
+    "found": __import__("importlib.util").util.find_spec("habana_frameworks") is not None,
+}))
+"""
+
+
+@pytest.mark.parametrize("where", ["emulator", "hosts"])
+def test_an_activation_failing_half_way_takes_back_its_changes(where: str) -> None:
+    # import torch still works; the emulator's torch.manual_seed and PATH entry, the host
+    # adapters and the stand-ins are gone with the failed plugin
+    out = run_python(HALF_STARTED, scrubbed(HPU_PLUGIN_EMULATE="1"), timeout=120, args=[where])
+    assert out.returncode == 0, out.stderr[-3000:]
+    # an emulator that started keeps its stand-ins: its device exists, as on a Gaudi machine
+    # whose plugin is off
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "status": "failed", "seed_is_ours": False, "path_same": True, "hosts": False,
+        "found": where == "hosts"}, out.stderr[-3000:]
+    assert "no room for hl-smi" in out.stderr
