@@ -89,3 +89,43 @@ def result_of(output: str) -> Any:
     print other lines too: warnings, the plugin's reports)."""
     line = next(line for line in output.splitlines() if line.startswith("RESULT"))
     return json.loads(line[len("RESULT"):])
+
+
+#: What the scripts that train a tiny model with an unchanged ``Trainer`` share (prepended to
+#: their text): 40 rows of token ids of lengths 5..24, a collator that right-pads them (labels
+#: -100 at the pads) and a callback that keeps the logged losses.
+TRAINING_ROWS = r"""
+import random
+import torch
+from torch.utils.data import Dataset
+from transformers import TrainerCallback
+
+class Rows(Dataset):
+    def __init__(self):
+        rng = random.Random(0)
+        self.n = [rng.randint(5, 24) for _ in range(40)]
+    def __len__(self):
+        return len(self.n)
+    def __getitem__(self, i):
+        ids = [3 + (i * 7 + j * 5) % 90 for j in range(self.n[i])]
+        return {"input_ids": ids, "labels": ids}
+
+def collate(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.zeros((len(features), longest), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    labels = torch.full_like(ids, -100)
+    for row, f in enumerate(features):
+        n = len(f["input_ids"])
+        ids[row, :n] = torch.tensor(f["input_ids"])
+        mask[row, :n] = 1
+        labels[row, :n] = torch.tensor(f["labels"])
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+class Losses(TrainerCallback):
+    def __init__(self):
+        self.losses = []
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(logs["loss"])
+"""

@@ -4,15 +4,13 @@ on the emulated Gaudi, every fast path off against all on, for Llama, Qwen2, GPT
 from __future__ import annotations
 
 import pytest
-from processes import result_of
+from processes import TRAINING_ROWS, result_of
 
-SCRIPT = r"""
-import json, os, random
-import torch
-from torch.utils.data import Dataset
+SCRIPT = TRAINING_ROWS + r"""
+import json, os
 from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Trainer,
-                          TrainingArguments, TrainerCallback)
+                          TrainingArguments)
 from hpu_plugin.emulation import counters
 
 SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -24,35 +22,6 @@ MODELS = {
                                                n_positions=64, pad_token_id=0)),
     "bert": lambda: BertForMaskedLM(BertConfig(**SIZES)),
 }
-
-class Rows(Dataset):
-    def __init__(self):
-        rng = random.Random(0)
-        self.n = [rng.randint(5, 24) for _ in range(40)]
-    def __len__(self):
-        return len(self.n)
-    def __getitem__(self, i):
-        ids = [3 + (i * 7 + j * 5) % 90 for j in range(self.n[i])]
-        return {"input_ids": ids, "labels": ids}
-
-def collate(features):
-    longest = max(len(f["input_ids"]) for f in features)
-    ids = torch.zeros((len(features), longest), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for row, f in enumerate(features):
-        n = len(f["input_ids"])
-        ids[row, :n] = torch.tensor(f["input_ids"])
-        mask[row, :n] = 1
-        labels[row, :n] = torch.tensor(f["labels"])
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-class Losses(TrainerCallback):
-    def __init__(self):
-        self.losses = []
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs:
-            self.losses.append(logs["loss"])
 
 def train(name):
     torch.manual_seed(0)

@@ -9,17 +9,14 @@ from __future__ import annotations
 import importlib
 
 import pytest
-from processes import emulated, result_of, run_python
+from processes import TRAINING_ROWS, emulated, result_of, run_python
 
 from hpu_plugin.hosts import fused_rope
 
-SCRIPT = r"""
-import json, os, random
-import torch
-from torch.utils.data import Dataset
+SCRIPT = TRAINING_ROWS + r"""
+import json, os
 from transformers import (LlamaConfig, LlamaForCausalLM, Phi3Config, Phi3ForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM, Trainer, TrainerCallback,
-                          TrainingArguments)
+                          Qwen2Config, Qwen2ForCausalLM, Trainer, TrainingArguments)
 import transformers.models.llama.modeling_llama as llama
 import transformers.models.phi3.modeling_phi3 as phi3
 import transformers.models.qwen2.modeling_qwen2 as qwen2
@@ -36,34 +33,6 @@ MODELS = {"llama": (lambda: LlamaForCausalLM(LlamaConfig(**SIZES)), llama),
 def rebound():
     return {m.__name__.rsplit(".", 1)[1]: m.apply_rotary_pos_emb is not own
             for m, own in OWN.items()}
-
-class Rows(Dataset):
-    def __init__(self):
-        rng = random.Random(0)
-        self.n = [rng.randint(5, 24) for _ in range(40)]
-    def __len__(self):
-        return len(self.n)
-    def __getitem__(self, i):
-        ids = [3 + (i * 7 + j * 5) % 90 for j in range(self.n[i])]
-        return {"input_ids": ids, "labels": ids}
-
-def collate(features):
-    longest = max(len(f["input_ids"]) for f in features)
-    ids = torch.zeros((len(features), longest), dtype=torch.long)
-    mask, labels = torch.zeros_like(ids), torch.full_like(ids, -100)
-    for row, f in enumerate(features):
-        n = len(f["input_ids"])
-        ids[row, :n] = torch.tensor(f["input_ids"])
-        mask[row, :n] = 1
-        labels[row, :n] = torch.tensor(f["labels"])
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
-class Losses(TrainerCallback):
-    def __init__(self):
-        self.losses = []
-    def on_log(self, args, state, control, logs=None, **kw):
-        if logs and "loss" in logs:
-            self.losses.append(logs["loss"])
 
 def train(make):
     torch.manual_seed(0)
