@@ -57,7 +57,7 @@ class NotThisLoop(Exception):
 
 def takes(model: Any, kwargs: dict[str, Any]) -> bool:
     """Whether a ``generate()`` call with these arguments may be given the loop."""
-    if not supported():
+    if api() is None:
         # recorded for info and doctor, not logged: on 4.51 this is how the host is
         record_out("Transformers", "fixed-shape decoding loop", "Transformers "
                    f"{host_version('Transformers')} has no generate(custom_generate=<callable>)"
@@ -107,11 +107,6 @@ def api() -> str | None:
                           for name in STOOD_IN_FOR[version]) else None
 
 
-def supported() -> bool:
-    """Whether this Transformers can be given the loop."""
-    return api() is not None
-
-
 def _min_length(processors: Any) -> tuple[int, Any] | bool | None:
     """The length below which end-of-sequence is forbidden, with its ids; None without a
     rule; False where a processor is one the loop does not compute (several minimum-length
@@ -134,13 +129,11 @@ def _min_length(processors: Any) -> tuple[int, Any] | bool | None:
     return None if limit is None else (limit, ids)
 
 
-def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str, Any],
-          synced_gpus: bool, streamer: Any) -> bool:
+def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str, Any]) -> bool:
     from transformers.cache_utils import StaticCache, StaticLayer
 
-    if synced_gpus or streamer is not None or config.do_sample or config.return_dict_in_generate:
-        return False
-    if getattr(config, "num_beams", 1) not in (None, 1) or model.config.is_encoder_decoder:
+    # beams are another mode (decode refused it); sampling is _sample's but not greedy
+    if config.do_sample or config.return_dict_in_generate or model.config.is_encoder_decoder:
         return False
     version = api()
     if version is None or not set(kwargs) <= KNOWN_KWARGS[version] or kwargs.get(
@@ -208,20 +201,20 @@ def _compiled_step() -> Any:
 
 
 def decode(model: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any,
-           generation_config: Any, synced_gpus: bool = False, streamer: Any = None,
-           **model_kwargs: Any) -> Any:
+           generation_config: Any, **model_kwargs: Any) -> Any:
     """The decoding loop given to ``generate(custom_generate=...)``: Transformers' greedy
-    loop with fixed shapes, or Transformers' own ``_sample`` where it does not fit."""
+    loop with fixed shapes, or Transformers' own ``_sample`` where it does not fit. A
+    callable loop is given no ``synced_gpus`` nor streamer (``takes`` keeps such calls
+    away); anything else Transformers passes is in ``model_kwargs``, which ``_fits``
+    refuses and ``_sample`` receives."""
     from transformers.generation.utils import GENERATION_MODES_MAPPING
 
     if GENERATION_MODES_MAPPING.get(generation_config.get_generation_mode(None)) != "_sample":
         raise NotThisLoop
-    if not _fits(model, logits_processor, stopping_criteria, generation_config, model_kwargs,
-                 synced_gpus, streamer):
+    if not _fits(model, logits_processor, stopping_criteria, generation_config, model_kwargs):
         return type(model)._sample(model, input_ids, logits_processor=logits_processor,
                                    stopping_criteria=stopping_criteria,
-                                   generation_config=generation_config,
-                                   synced_gpus=synced_gpus, streamer=streamer, **model_kwargs)
+                                   generation_config=generation_config, **model_kwargs)
     optimize = getattr(model, "_optimize_model_for_decode", contextlib.nullcontext)
     with optimize():
         return _greedy(model, input_ids, logits_processor, stopping_criteria,
