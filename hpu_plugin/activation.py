@@ -41,7 +41,7 @@ def add_standins() -> None:
     try:
         from hpu_plugin import settings
         from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
-        from hpu_plugin.patching import search_path
+        from hpu_plugin.patching import this_process
 
         if not settings.emulation_requested() or settings.is_on(
                 os.environ.get("HPU_PLUGIN_DISABLE")):
@@ -58,7 +58,7 @@ def add_standins() -> None:
             )
             return
         if not real_gaudi_installed():
-            search_path.add_path(STANDINS)
+            this_process.search_path.add_path(STANDINS)
     except Exception as exc:
         log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
@@ -88,29 +88,26 @@ def _take_back() -> None:
     import it and take their Gaudi branches. (A runtime the emulator loaded stays loaded, and
     ``torch.hpu`` once registered stays: torch has no way to take either back.)"""
     try:
-        from hpu_plugin.patching import exported, search_path
+        from hpu_plugin import importhook
+        from hpu_plugin.patching import this_process
 
         if state["status"] == "failed":
-            exported.undo()
-            for name in ("hpu_plugin.hosts", "hpu_plugin.emulation.runtime"):
-                module = sys.modules.get(name)  # only what activation got as far as
-                if module is None:
-                    continue
-                if name.endswith("hosts"):
-                    module.uninstall()
-                else:
-                    module.patches.undo()
+            importhook.remove()
+            this_process.undo_hosts()
+            this_process.emulator.undo()
+            this_process.environment.undo()
         if state.get("emulator") != "started":
-            search_path.undo()
+            this_process.search_path.undo()
     except Exception as exc:
         log.error("hpu_plugin: could not take back what activation changed: %r", exc)
 
 
 def _export_defaults(registry: Registry) -> list[str]:
     """The ``hpu_prepare_environment`` hooks fill a copy of the environment; what they
-    changed is exported through ``patching.exported``, recorded so that :func:`_take_back`
-    can remove it and the diagnostics can tell it from the user's. Returns the names set."""
-    from hpu_plugin.patching import exported
+    changed is exported through ``this_process.environment``, recorded so that
+    :func:`_take_back` can remove it and the diagnostics can tell it from the user's.
+    Returns the names set."""
+    from hpu_plugin.patching import this_process
 
     proposed = dict(os.environ)
     registry.prepare_environment(proposed)
@@ -126,7 +123,7 @@ def _export_defaults(registry: Registry) -> list[str]:
     changed = sorted(name for name, value in proposed.items()
                      if name not in os.environ and isinstance(value, str))
     for name in changed:
-        exported.setenv(name, proposed[name])
+        this_process.environment.setenv(name, proposed[name])
     return changed
 
 

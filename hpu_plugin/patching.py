@@ -1,9 +1,10 @@
 """Every change the package makes to what it does not own, recorded and reversible.
 
 The host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``), the Gaudi
-defaults activation exports (:data:`exported`) and the emulator's stand-ins on ``sys.path``
-(:data:`search_path`) all go through a :class:`Patches`: recorded (``made``, which
-``hpu-plugin info`` lists) and undone in reverse order by the one :meth:`Patches.undo`.
+defaults activation exports and the emulator's stand-ins on ``sys.path`` all go through a
+:class:`Patches`: recorded (``made``, which ``hpu-plugin info`` lists) and undone in reverse
+order by the one :meth:`Patches.undo`. :data:`this_process` (an :class:`Activation`) holds
+them all.
 Left outside, because the real Gaudi stack makes the same change itself and keeps it for
 the life of the process: ``HLS_MODULE_ID`` set by the emulated ``torch.hpu.set_device``, the
 rank variables, ``HLS_MODULE_ID`` and ``ID`` set by the emulated hccl's
@@ -27,13 +28,14 @@ import logging
 import os
 import sys
 from collections.abc import Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpu_plugin.reporting import say_once
 
+if TYPE_CHECKING:
+    from hpu_plugin.registry import Registry
+
 _MISSING = object()
-#: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
-stayed_out: dict[str, str] = {}
 
 
 def host_version(distribution: str) -> str:
@@ -47,7 +49,7 @@ def host_version(distribution: str) -> str:
 
 def record_out(host: str, adapter: str, reason: str) -> None:
     """Remember that an adapter is not installed, and why (the diagnostics show it)."""
-    stayed_out.setdefault(f"{host} {adapter}", reason)
+    this_process.stayed_out.setdefault(f"{host} {adapter}", reason)
 
 
 def stay_out(host: str, adapter: str, missing: str) -> None:
@@ -213,11 +215,65 @@ def environ_entry(name: str) -> str:
     return f"os.environ[{name!r}]"
 
 
-#: The Gaudi defaults activation exported (what the ``hpu_prepare_environment`` hooks
-#: added): taken back when the plugin ends failed, so they never reach child processes as
-#: if the user had set them; the diagnostics tell the user's settings from ours by it.
-exported = Patches()
-#: The emulator's stand-ins for ``habana_frameworks`` on ``sys.path`` (the ``.pth`` line or
-#: the emulator's start adds them): withdrawn when the emulator does not run, or hosts that
-#: find ``habana_frameworks`` take their Gaudi branches into a device that is not there.
-search_path = Patches()
+class Activation:
+    """Everything activation changed in this process, in one place, undone by one call.
+
+    Activation fills it; the hosts, the emulator and the diagnostics read and add to the one
+    instance, :data:`this_process`. Each group of changes has its own :class:`Patches` so
+    that ``hpu-plugin info`` can say which part of the plugin made it:
+
+    - ``environment``: the Gaudi defaults the ``hpu_prepare_environment`` hooks added. Taken
+      back when the plugin ends failed, so they never reach child processes as if the user
+      had set them; the diagnostics tell the user's settings from ours by it.
+    - ``emulator``: what the emulator changed (``torch.manual_seed``, ``PATH``).
+    - ``search_path``: the emulator's stand-ins for ``habana_frameworks`` on ``sys.path``:
+      withdrawn when the emulator does not run, or hosts that find ``habana_frameworks``
+      take their Gaudi branches into a device that is not there.
+    - ``hosts``: the host adapters' and fast paths' decision points.
+    - ``gpu_migration``: what the emulated GPU migration toolkit changed, once imported.
+
+    ``stayed_out`` says which adapters are not installed and why; ``summary`` is the
+    plugin's brief report that the hosts' ``env`` commands show; ``registry`` is the plugin
+    registry activation built (None until then).
+    """
+
+    def __init__(self) -> None:
+        self.environment = Patches()
+        self.emulator = Patches()
+        self.search_path = Patches()
+        self.hosts = Patches()
+        self.gpu_migration = Patches()
+        #: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
+        self.stayed_out: dict[str, str] = {}
+        self.summary: Callable[[], dict[str, str]] | None = None
+        self.registry: Registry | None = None
+        #: Whether the host adapters were installed (also when they changed nothing).
+        self.hosts_installed = False
+
+    def made(self) -> dict[str, list[str]]:
+        """What each part changed, in order (``hpu-plugin info`` lists it)."""
+        return {
+            "hosts": list(self.hosts.made),
+            "emulator": list(self.search_path.made) + list(self.emulator.made),
+            "environment": list(self.environment.made),
+            "gpu_migration": list(self.gpu_migration.made),
+        }
+
+    def undo_hosts(self) -> None:
+        """Take the host adapters back (tests, and a failed activation)."""
+        self.hosts.undo()
+        self.stayed_out.clear()
+        self.summary = None
+        self.hosts_installed = False
+
+    def undo(self) -> None:
+        """Take back everything, newest first: what depends on the emulator goes before it."""
+        self.undo_hosts()
+        self.gpu_migration.undo()
+        self.emulator.undo()
+        self.search_path.undo()
+        self.environment.undo()
+
+
+#: The one activation of this process.
+this_process = Activation()

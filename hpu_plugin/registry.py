@@ -36,6 +36,7 @@ from hpu_plugin import hookspecs
 from hpu_plugin.guard import HOOK_NAMES, RESULT_TYPES, conforms, describe, guard, passes
 from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
+from hpu_plugin.patching import this_process
 from hpu_plugin.reporting import Once
 from hpu_plugin.switches import (
     DEFAULT_IMPORT_BUDGET,
@@ -317,7 +318,6 @@ def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], M
             yield attr, function, opts
 
 
-_registry: Registry | None = None
 _registry_lock = threading.RLock()
 _building = threading.local()
 
@@ -331,10 +331,9 @@ def get_registry() -> Registry:
     before importing torch) reaches here again: that is refused with the fix, where it
     used to wait on the lock for ever.
     """
-    global _registry
-    if _registry is None:
+    if this_process.registry is None:
         with _registry_lock:
-            if _registry is None:
+            if this_process.registry is None:
                 if getattr(_building, "on", False):
                     raise RuntimeError(
                         "a plugin's import started `import torch` while the plugin registry "
@@ -346,5 +345,5 @@ def get_registry() -> Registry:
                     registry.load_entry_points()
                 finally:
                     _building.on = False
-                _registry = registry
-    return _registry
+                this_process.registry = registry
+    return this_process.registry

@@ -10,6 +10,7 @@ from hpu_plugin import __version__
 from hpu_plugin.diagnostics import probe
 from hpu_plugin.gaudi import migration
 from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
+from hpu_plugin.patching import this_process
 
 
 def _decide(call: Callable[[], Any]) -> str:
@@ -109,24 +110,6 @@ def _import_time_compiles() -> int:
     return len(getattr(adapter, "import_time_decorations", ()))
 
 
-def _patched() -> dict[str, list[str]]:
-    """What the plugin changed outside itself in this process, through ``Patches``: the
-    host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``, its stand-ins
-    on ``sys.path``) and the Gaudi defaults activation exported."""
-    from hpu_plugin.patching import exported, search_path
-
-    hosts = sys.modules.get("hpu_plugin.hosts")
-    runtime = sys.modules.get("hpu_plugin.emulation.runtime")
-    toolkit = sys.modules.get("hpu_plugin.emulation.gpu_migration")
-    return {
-        "hosts": hosts.patched() if hosts is not None else [],
-        "emulator": list(search_path.made)
-        + (list(runtime.patches.made) if runtime is not None else []),
-        "environment": list(exported.made),
-        "gpu_migration": list(toolkit.patches.made) if toolkit is not None else [],
-    }
-
-
 def collect_info() -> dict[str, Any]:
     activation = probe.import_torch()
     environ = probe.environ_with_defaults()
@@ -142,7 +125,7 @@ def collect_info() -> dict[str, Any]:
         "available": False,
         "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
         "import_time_compiles": _import_time_compiles(),
-        "patched": _patched(),
+        "patched": this_process.made(),
         "gpu_migration": migration.state(environ),
     }
     from hpu_plugin.registry import get_registry

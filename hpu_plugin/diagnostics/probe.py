@@ -131,13 +131,13 @@ def mode_text(environ: Mapping[str, str]) -> str:
     from hpu_plugin.gaudi.environment import LAZY_MODE
     from hpu_plugin.gaudi.errors import GaudiConfigError
     from hpu_plugin.gaudi.modes import mode
-    from hpu_plugin.patching import environ_entry, exported
+    from hpu_plugin.patching import environ_entry, this_process
 
     try:
         name = mode(environ).name
     except GaudiConfigError as exc:
         return f"invalid: {exc}"
-    ours = environ_entry(LAZY_MODE) in exported.made or LAZY_MODE not in os.environ
+    ours = environ_entry(LAZY_MODE) in this_process.environment.made or LAZY_MODE not in os.environ
     by = "set by hpu-plugin" if ours else "set by the user"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
 

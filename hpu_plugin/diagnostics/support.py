@@ -155,7 +155,7 @@ def probe_adapters() -> dict[str, Any]:
             f"none installed, the plugin is not active here (activation: {state.get('status')}, "
             f"{state.get('reason')})"
         ),
-        "stayed_out": dict(patching.stayed_out),
+        "stayed_out": dict(patching.this_process.stayed_out),
         "imported": probed,
         "absent": absent,
     }

@@ -39,12 +39,12 @@ import torch
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi import migration, visibility
-from hpu_plugin.patching import Patches
+from hpu_plugin.patching import this_process
 
 log = logging.getLogger(migration.MODULE)
 
 #: Every change the toolkit made, listed by ``hpu-plugin info --json`` as the emulator's are.
-patches = Patches()
+patches = this_process.gpu_migration
 
 #: Factory functions whose ``device=`` argument is mapped (the toolkit's list).
 FACTORIES = (

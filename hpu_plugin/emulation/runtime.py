@@ -13,15 +13,15 @@ from types import ModuleType
 
 from hpu_plugin.emulation import config as _config
 from hpu_plugin.gaudi.software import STANDINS as _STANDINS
-from hpu_plugin.patching import Patches
+from hpu_plugin.patching import this_process
 
 STANDINS = Path(_STANDINS)
 
 #: Filled by ``startup.start``: "config", "ext" (the C++ runtime), later "module".
 _state: dict[str, object] = {}
-#: What the emulator changed outside its own modules (``torch.manual_seed``, ``PATH``),
-#: recorded and undone like the host adapters' patches (``patches.made`` lists them).
-patches = Patches()
+#: What the emulator changed outside its own modules (``torch.manual_seed``, ``PATH``):
+#: its part of the process's activation, undone with the rest.
+patches = this_process.emulator
 
 
 def prepend_to_path(directory: str, why: str) -> None:

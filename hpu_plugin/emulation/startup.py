@@ -13,7 +13,7 @@ import time
 from hpu_plugin.emulation import config, runtime
 from hpu_plugin.emulation.errors import EmulationError
 from hpu_plugin.gaudi.software import real_gaudi_installed
-from hpu_plugin.patching import search_path
+from hpu_plugin.patching import this_process
 
 
 def start() -> None:
@@ -50,7 +50,7 @@ def start() -> None:
     from hpu_plugin.emulation import lazy
 
     lazy.start()
-    search_path.add_path(str(runtime.STANDINS))
+    this_process.search_path.add_path(str(runtime.STANDINS))
     _install_hlsmi_shim()
     from hpu_plugin.emulation import dynamo
 

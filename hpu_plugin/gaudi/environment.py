@@ -30,7 +30,7 @@ class EnvironmentValueError(GaudiConfigError):
 def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
     """Set each default the user left unset in ``environ``; return what was set. Activation
     hands the hooks a copy of ``os.environ`` and exports the result through
-    ``patching.exported``, which records it."""
+    ``patching.this_process.environment``, which records it."""
     applied = {}
     for name, value in DEFAULTS.items():
         if name not in environ:

@@ -14,40 +14,38 @@ import logging
 import threading
 from collections.abc import Callable
 
+from hpu_plugin.patching import this_process
 from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
 
 _lock = threading.Lock()
-_installed: object | None = None  # the Patches of the installed adapters
 
 
 def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None) -> None:
-    """Install the adapters once per process; never raises.
+    """Install the adapters once per process, into ``this_process.hosts``; never raises.
 
     With a device ready every adapter is installed. Without one (a plugin hid Gaudi, or
     the Gaudi software is present with no device) only the availability answers are, so
     the hosts' own HPU branches follow the registry and stay off. ``summary`` is what the
     hosts' ``env`` commands add (``diagnostics.summary.gaudi_summary``; none without it).
     """
-    global _installed
     with _lock:
-        if _installed is not None:
+        if this_process.hosts_installed:
             return
         from hpu_plugin.hosts import (
             accelerate_adapter,
-            env_section,
             peft_adapter,
             sentence_transformers_adapter,
             torch_adapter,
             transformers_adapter,
         )
-        from hpu_plugin.patching import Patches, record_out, stayed_out
+        from hpu_plugin.patching import record_out
 
-        stayed_out.clear()  # what stays out of this installation, from here on
-        env_section.summary = summary
-        patches = Patches()
-        _installed = patches
+        this_process.stayed_out.clear()  # what stays out of this installation, from here on
+        this_process.summary = summary
+        this_process.hosts_installed = True
+        patches = this_process.hosts
         try:
             available = registry.device_available()
             if available:
@@ -72,23 +70,13 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
 
 def installed() -> bool:
     """Whether the adapters are installed in this process (the diagnostics report it)."""
-    return _installed is not None
-
-
-def patched() -> list[str]:
-    """What the installed adapters changed (``hpu-plugin info`` reports it)."""
-    made = getattr(_installed, "made", None)
-    return list(made) if made is not None else []
+    return this_process.hosts_installed
 
 
 def uninstall() -> None:
     """Undo every adapter and drop pending hooks (tests, and a clean ``hpu-plugin`` run)."""
-    global _installed
-    from hpu_plugin import importhook, patching
+    from hpu_plugin import importhook
 
     with _lock:
         importhook.remove()
-        patching.stayed_out.clear()
-        if _installed is not None:
-            _installed.undo()  # type: ignore[attr-defined]
-            _installed = None
+        this_process.undo_hosts()

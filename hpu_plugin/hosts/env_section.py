@@ -3,20 +3,19 @@
 Users paste those commands' output into bug reports; the plugin's own view (status,
 mode, devices) belongs there, next to what the host itself found. That view is a report,
 so it is ``diagnostics.summary``; diagnostics read the hosts, so the hosts cannot import it:
-``hosts.install`` takes it from activation and keeps it here.
+activation hands it to ``hosts.install``, which keeps it on ``this_process``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-#: The plugin's brief report (``diagnostics.summary.gaudi_summary`` once activation installed
-#: the hosts); None: the hosts were installed without one (tests), the section is empty.
-summary: Callable[[], dict[str, str]] | None = None
+from hpu_plugin.patching import this_process
 
 
 def gaudi_section(shown: Mapping[str, str] | None = None) -> dict[str, str]:
     """``hpu-plugin info`` in brief, minus the keys the host already shows; never raises."""
+    summary = this_process.summary  # None: installed without one (tests), the section is empty
     if summary is None:
         return {}
     try:

@@ -15,10 +15,10 @@ import json, sys
 import torch
 modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
 from hpu_plugin import state
-from hpu_plugin.patching import exported, search_path
+from hpu_plugin.patching import this_process
 print(json.dumps({
     "modules": modules, "status": state["status"], "reason": state["reason"],
-    "exported": exported.made, "search_path": search_path.made,
+    "exported": this_process.environment.made, "search_path": this_process.search_path.made,
     "hpu": hasattr(torch, "hpu") and torch.hpu.is_available(),
 }))
 """

@@ -10,7 +10,7 @@ import sys
 from hpu_plugin.activation import _export_defaults
 from hpu_plugin.hookspecs import hookimpl
 from hpu_plugin.loader import PluginRecord
-from hpu_plugin.patching import Patches, exported
+from hpu_plugin.patching import Patches, this_process
 from hpu_plugin.registry import Registry
 
 
@@ -76,5 +76,5 @@ def test_hooks_only_add_text_defaults_and_the_users_variables_stay(monkeypatch, 
         warned = " ".join(r.getMessage() for r in caplog.records)
         assert all(n in warned for n in ("HPU_TEST_USERS", "HPU_TEST_GONE", "HPU_TEST_NUMBER"))
     finally:
-        exported.undo()
+        this_process.environment.undo()
     assert "HPU_TEST_NEW" not in os.environ

@@ -48,4 +48,4 @@ def _forget_what_stayed_out() -> Iterator[None]:
     """A test that makes an adapter fail (test_importhook) must not leave its record to the
     support report of a later test."""
     yield
-    patching.stayed_out.clear()
+    patching.this_process.stayed_out.clear()

@@ -44,7 +44,8 @@ _CHECKPOINT = """
     }
     result["module_id"] = os.environ.get("HLS_MODULE_ID")
     from hpu_plugin import hosts
-    result["patched"] = [p for p in hosts.patched() if p.startswith("device.")]
+    from hpu_plugin.patching import this_process
+    result["patched"] = [p for p in this_process.hosts.made if p.startswith("device.")]
     hosts.uninstall()  # the bridge's own exit, as the emulator keeps it
     try:
         grads(False)
@@ -125,7 +126,7 @@ def test_the_adapter_answers_the_fault_and_leaves_the_bridge_module_alone():
     torch_adapter.install_device_context(patches, bridge)
     try:
         assert calls == []  # the probe never reached the module's set_device
-        assert patching.stayed_out == {}
+        assert patching.this_process.stayed_out == {}
         with bridge.device(0):
             pass
         assert calls == []  # the bridge's exit: set_device(-1)
@@ -155,7 +156,7 @@ def test_staying_out_is_reported(device_class, reason, severity):
     torch_adapter.install_device_context(patches, _bridge(device_class))
     assert patches.made == []
     result = support.report(probe=False)
-    result["adapters"] = {"stayed_out": dict(patching.stayed_out), "note": ""}
+    result["adapters"] = {"stayed_out": dict(patching.this_process.stayed_out), "note": ""}
     said = result["adapters"]["stayed_out"]["habana-torch-plugin torch.hpu.device exit"]
     assert reason in said
     assert "Host adapters that stayed out:" in support.report_lines(result)
@@ -180,7 +181,7 @@ def test_a_bridge_whose_context_calls_other_code_is_left_alone():
     torch_adapter.install_device_context(patches, _bridge(Other))
     assert TOUCHED == []
     assert patches.made == []
-    assert "of the kind read in 1.19.0" in patching.stayed_out[
+    assert "of the kind read in 1.19.0" in patching.this_process.stayed_out[
         "habana-torch-plugin torch.hpu.device exit"
     ]
 
@@ -205,4 +206,4 @@ def test_a_context_the_probe_cannot_read_or_build_is_left_alone():
         patches = Patches()
         torch_adapter.install_device_context(patches, _bridge(device_class))
         assert patches.made == [], device_class
-        assert "habana-torch-plugin torch.hpu.device exit" in patching.stayed_out
+        assert "habana-torch-plugin torch.hpu.device exit" in patching.this_process.stayed_out

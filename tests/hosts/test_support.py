@@ -144,7 +144,7 @@ def test_uninstall_forgets_what_stayed_out(installed):
     from hpu_plugin import hosts
 
     hosts.uninstall()
-    assert patching.stayed_out == {}
+    assert patching.this_process.stayed_out == {}
 
 
 @pytest.mark.e2e
