@@ -225,9 +225,10 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
 # bridge's own exit runs unchanged. Setting ``HLS_MODULE_ID`` instead would reach every child
 # process.
 #
-# Which bridges get the adapter is decided by release (support.BRIDGE_DEVICE_EXIT_FAULT_SINCE),
-# not by running the bridge's code: the first release read with the fault has it, and every
-# later one is assumed to keep it until a release is read without it.
+# Which bridges get the adapter is decided by release (support.BRIDGE_DEVICE_EXIT_FAULT_SINCE):
+# the release read has the fault, and every later one gets the adapter too until a release is
+# read without it. The adapted exit skips only exits whose enter selected no device, which a
+# bridge without the fault has nothing to restore for either.
 
 DEVICE_CONTEXT = "torch.hpu.device exit"
 

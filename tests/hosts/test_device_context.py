@@ -2,8 +2,8 @@
 
 The Gaudi bridge's exit calls ``set_device(-1)`` after ``set_device(0)`` when no module id is
 set, which asserts with fewer than 8 modules visible: every ``torch.utils.checkpoint`` (TRL's
-default gradient checkpointing) failed on a one-Gaudi machine. The emulator keeps that fault;
-the adapter answers it on the bridge releases that have it.
+default gradient checkpointing) fails on a one-Gaudi machine without the adapter. The
+emulator keeps that fault; the adapter answers it on the bridge releases that have it.
 """
 
 from __future__ import annotations
