@@ -2,10 +2,11 @@
 registry.
 
 Each adapter finds one host's decision points and routes them through
-``hpu_plugin.registry``; it never calls a plugin directly. Adapters are version-guarded:
-one that cannot find what it expects logs one line naming the host and version and stays
-out. Transformers, Accelerate and PEFT adapters are post-import hooks (``importhook``), since
-activation runs inside ``import torch``, possibly half-way through a host's own import.
+``hpu_plugin.registry``; it never calls a plugin directly. Adapters are version-gated: what
+each does on which release follows the tested releases in ``support``, and one that cannot
+find what it expects logs one line naming the host and version and stays out. Transformers,
+Accelerate, PEFT and sentence-transformers adapters are post-import hooks (``importhook``),
+since activation runs inside ``import torch``, possibly half-way through a host's own import.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ Older releases have no MULTI_HPU at all, so every adapter stays out of them.
 from __future__ import annotations
 
 import builtins
+import contextvars
 import functools
 import logging
 import types
@@ -170,8 +171,30 @@ def install_launch(registry: Registry, patches: Patches, module: types.ModuleTyp
     patches.replace_everywhere(original, ours(_validate_launch_command))
 
 
+#: The Gaudi lines of the ``accelerate env`` call running in this context, if any.
+_env_extra: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
+    "hpu_plugin_accelerate_env_extra", default=None
+)
+
+
+def _print_with_hpu(*values: Any, **kwargs: Any) -> None:
+    """``print`` for ``accelerate.commands.env``: inside the adapted ``env_command``, its
+    report gains the Gaudi lines; everywhere else, the builtin unchanged."""
+    extra = _env_extra.get()
+    text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
+    if extra is not None and text is not None and text.startswith("- `Accelerate` version:"):
+        text = text.replace("- PyTorch accelerator: N/A", "- PyTorch accelerator: HPU")
+        text += "".join(f"\n- {key}: {value}" for key, value in extra.items())
+        values = (text,)
+    builtins.print(*values, **kwargs)
+
+
 def install_env(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """``accelerate env`` lists the Gaudi devices (no Accelerate release does)."""
+    """``accelerate env`` lists the Gaudi devices (no Accelerate release does).
+
+    The command prints its report with the builtin ``print``; the module gets a ``print`` of
+    its own (:func:`_print_with_hpu`) that adds the Gaudi lines during the command only.
+    """
     original = original_of(module, "env_command", HOST, "env", "commands.env.env_command")
     if original is None:
         return
@@ -187,26 +210,19 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
                 return original(args)
             extra = {"HPU type": properties.generation, "HPU count": str(properties.count)}
         extra.update(gaudi_section(shown=extra))
-
-        def print_with_hpu(*values: Any, **kwargs: Any) -> None:
-            text = values[0] if len(values) == 1 and isinstance(values[0], str) else None
-            if text is not None and text.startswith("- `Accelerate` version:"):
-                text = text.replace("- PyTorch accelerator: N/A", "- PyTorch accelerator: HPU")
-                text += "".join(f"\n- {key}: {value}" for key, value in extra.items())
-                values = (text,)
-            builtins.print(*values, **kwargs)
-
-        module.print = print_with_hpu  # type: ignore[attr-defined]
+        token = _env_extra.set(extra)
         try:
             info = original(args)
         finally:
-            del module.print  # type: ignore[attr-defined]
+            _env_extra.reset(token)
         if isinstance(info, dict):
             if info.get("PyTorch accelerator") == "N/A":
                 info["PyTorch accelerator"] = "HPU"
             info.update(extra)
         return info
 
+    if "print" not in vars(module):
+        patches.set(module, "print", ours(_print_with_hpu))
     patches.replace_everywhere(original, ours(env_command))
 
 

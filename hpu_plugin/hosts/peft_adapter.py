@@ -9,15 +9,14 @@ PEFT 0.21.2 knows cuda, mps, mlu, xpu and npu there, not hpu, so on Gaudi it ans
 PEFT's own function first and turns only its ``cpu`` into ``hpu`` when the registry says a
 Gaudi is ready: CUDA or any other accelerator PEFT found keeps its answer.
 
-Version-guarded: only the releases in :data:`~hpu_plugin.hosts.support.PEFT_TESTED` (whose
-``infer_device`` was read and tested), and only an ``infer_device`` that takes no
-arguments. Anything else is left as it is, with one line saying why.
+Version-guarded: only the releases in :data:`~hpu_plugin.hosts.support.PEFT_TESTED`, whose
+``infer_device`` (no arguments) was read and tested. Any other release is left as it is,
+with one line saying why.
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import types
 from collections.abc import Callable
@@ -31,7 +30,6 @@ from hpu_plugin.patching import (
     original_of,
     ours,
     record_out,
-    stay_out,
 )
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -81,13 +79,6 @@ def install_infer_device(registry: Registry, patches: Patches, module: types.Mod
         return
     original = original_of(module, "infer_device", HOST, ADAPTER, "utils.other.infer_device")
     if original is None:
-        return
-    try:
-        takes_arguments = bool(inspect.signature(original).parameters)
-    except (TypeError, ValueError):
-        takes_arguments = True
-    if takes_arguments:
-        stay_out(HOST, ADAPTER, "utils.other.infer_device() without arguments")
         return
     patches.replace_everywhere(original, make_infer_device(registry, original))
 

@@ -9,7 +9,9 @@ Read in sentence-transformers 6.2.0 (``sentence_transformers/base/model.py``):
   ``ModuleNotFoundError: No module named 'optimum.habana'``. Here that module's
   ``importlib`` answers "no optimum" for that one question when ``optimum.habana`` is absent,
   so the branch takes the plain path (the one it takes without ``optimum``); with
-  optimum-habana installed the branch is unchanged.
+  optimum-habana installed the branch is unchanged. The tested releases use the module's
+  ``importlib`` name for that question only, so the patch puts a namespace holding only
+  ``util.find_spec`` there (any other use would fail loudly, not be answered wrongly).
 - ``start_multi_process_pool()`` with no ``target_devices`` knows CUDA and NPU, and starts four
   CPU workers otherwise, while the model is on hpu. Gaudi takes one device per process, and
   a device a process holds (the parent's, once the model was on hpu) no other can open. Here
@@ -40,7 +42,15 @@ from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts.support import SENTENCE_TRANSFORMERS_TESTED, release_key
-from hpu_plugin.patching import Patches, host_version, original_of, ours, record_out, stay_out
+from hpu_plugin.patching import (
+    Patches,
+    host_version,
+    is_ours,
+    original_of,
+    ours,
+    record_out,
+    stay_out,
+)
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -67,48 +77,32 @@ def optimum_habana_installed() -> bool:
         return False
 
 
-class _UtilWithoutOptimumHabana:
-    """``importlib.util`` that finds no ``optimum`` when optimum-habana is absent."""
-
-    def __init__(self, real: types.ModuleType) -> None:
-        self._real = real
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-    def find_spec(self, name: str, package: str | None = None) -> ModuleSpec | None:
-        if name == "optimum" and not optimum_habana_installed():
-            say_once(
-                "st-optimum", logging.INFO,
-                "hpu_plugin: optimum is installed without optimum-habana; sentence-transformers "
-                "loads the model on hpu without optimum-habana's Gaudi adaptation.",
-            )
-            return None
-        return self._real.find_spec(name, package)
+def find_spec_without_lone_optimum(name: str, package: str | None = None) -> ModuleSpec | None:
+    """``importlib.util.find_spec``, but "not found" for ``optimum`` without optimum-habana."""
+    if name == "optimum" and not optimum_habana_installed():
+        say_once(
+            "st-optimum", logging.INFO,
+            "hpu_plugin: optimum is installed without optimum-habana; sentence-transformers "
+            "loads the model on hpu without optimum-habana's Gaudi adaptation.",
+        )
+        return None
+    return importlib.util.find_spec(name, package)
 
 
-class _ImportlibWithoutOptimumHabana:
-    """What ``sentence_transformers.base.model`` sees as ``importlib``: the real module, but
-    for ``util.find_spec("optimum")``."""
-
-    def __init__(self, real: types.ModuleType) -> None:
-        self._real = real
-        self.util = _UtilWithoutOptimumHabana(real.util)
-        self.__hpu_plugin__ = True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
+def importlib_for_base_model() -> types.SimpleNamespace:
+    """What ``base/model.py`` gets as ``importlib``: in the tested releases its one use of the
+    name is ``importlib.util.find_spec("optimum")``, so this holds only ``util.find_spec``."""
+    util = types.SimpleNamespace(find_spec=ours(find_spec_without_lone_optimum))
+    return ours(types.SimpleNamespace(util=util))
 
 
 def install_optimum_branch(patches: Patches, module: types.ModuleType) -> None:
-    namespace = vars(module)
-    current = namespace.get("importlib")
-    if isinstance(current, _ImportlibWithoutOptimumHabana):
-        return
+    current = vars(module).get("importlib")
     if current is not importlib:
-        stay_out(HOST, "optimum branch", "module-level importlib in base/model.py")
+        if current is None or not is_ours(current):
+            stay_out(HOST, "optimum branch", "module-level importlib in base/model.py")
         return
-    patches.set(module, "importlib", _ImportlibWithoutOptimumHabana(importlib))
+    patches.set(module, "importlib", importlib_for_base_model())
 
 
 # -- the pool ------------------------------------------------------------------------------

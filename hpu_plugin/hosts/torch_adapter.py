@@ -4,8 +4,8 @@ restores nothing its enter did not change.
 ``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
 so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
 imports it. Transformers >= 4.55 installs a compile wrapper of its own inside
-``is_torch_hpu_available``; a hook decides the backend here, so that wrapper is refused
-(it would rewrite the request before any hook saw it).
+``is_torch_hpu_available``; a hook decides the backend here, so where that Transformers is
+installed the wrapper is refused (it would rewrite the request before any hook saw it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 from hpu_plugin.hosts.callers import find_caller
+from hpu_plugin.hosts.support import (
+    BRIDGE_DEVICE_EXIT_FAULT_SINCE,
+    TRANSFORMERS_COMPILE_WRAPPER_SINCE,
+    release_key,
+)
 from hpu_plugin.patching import (
     Patches,
     host_version,
@@ -98,8 +103,22 @@ def _is_transformers_compile_wrapper(value: object) -> bool:
     )
 
 
+def transformers_has_compile_wrapper(version: str) -> bool:
+    """Whether Transformers ``version`` (read from its metadata: activation runs before
+    Transformers is imported, if it ever is) installs its own HPU compile wrapper."""
+    key, since = release_key(version), release_key(TRANSFORMERS_COMPILE_WRAPPER_SINCE)
+    return key is not None and since is not None and key[0] >= since[0]
+
+
 def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
-    """Keep ``torch.compile`` routed through the hooks when Transformers re-patches it."""
+    """Keep ``torch.compile`` routed through the hooks when Transformers re-patches it.
+
+    The plugin's ``is_torch_hpu_available`` never installs the wrapper, but the original
+    still can, through a reference taken before the adapter replaced it. A module's
+    attribute assignment can only be intercepted by its class, so the ``torch`` module gets
+    a subclass of its own class that drops that one assignment (recorded and undone with
+    the other patches). Only where the installed Transformers has the wrapper.
+    """
     base = type(torch)
 
     class GuardedTorchModule(base):  # type: ignore[valid-type, misc]
@@ -124,7 +143,7 @@ def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
     def undo() -> None:
         torch.__class__ = base
 
-    patches.on_undo(undo)
+    patches.on_undo(undo, "torch.__class__")
 
 
 def install_compile(registry: Registry, patches: Patches) -> None:
@@ -134,7 +153,8 @@ def install_compile(registry: Registry, patches: Patches) -> None:
     if original is None:
         return
     patches.set(torch, "compile", make_compile(registry, original))
-    _guard_torch_module(torch, patches)
+    if transformers_has_compile_wrapper(host_version("transformers")):
+        _guard_torch_module(torch, patches)
 
 
 def make_init_process_group(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -190,98 +210,77 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
 
 # -- torch.hpu.device --------------------------------------------------------------------
 #
-# ``torch.utils.checkpoint`` (gradient checkpointing: TRL 1.16 turns it on by default, and
+# ``torch.utils.checkpoint`` (gradient checkpointing, which TRL turns on by default, and
 # Transformers' ``gradient_checkpointing_enable``) saves and restores the RNG state of each
-# device inside ``torch.hpu.device(index)``. Read in the Gaudi bridge 1.19.0
-# (``habana_frameworks/torch/hpu/__init__.py``, ``device`` and ``set_device``; the public
-# repository's later versions of the file keep the same class): ``idx`` is the process's
-# module id from ``HLS_MODULE_ID``, -1 when unset; ``__enter__`` returns early when
+# device inside ``torch.hpu.device(index)``. In the Gaudi bridge's
+# ``habana_frameworks/torch/hpu/__init__.py`` (``device`` and ``set_device``), ``idx`` is the
+# process's module id from ``HLS_MODULE_ID``, -1 when unset. ``__enter__`` returns early when
 # ``idx == -1``, but ``__exit__`` calls ``set_device(self.idx)`` whenever ``prev_idx`` (0 once
-# Accelerate or the user called ``torch.hpu.set_device(0)``) differs from it, so
-# ``set_device(-1)``. With fewer than 8 modules visible, ``HABANA_VISIBLE_MODULES`` unset and
-# ``HLS_MODULE_ID`` unset (a pod or a machine with 1 to 7 Gaudis) that asserts "the only
+# Accelerate or the user called ``torch.hpu.set_device(0)``) differs from it: ``set_device(-1)``.
+# With fewer than 8 modules visible and neither ``HABANA_VISIBLE_MODULES`` nor
+# ``HLS_MODULE_ID`` set (a pod, or a machine with 1 to 7 Gaudis) that asserts "the only
 # supported device idx is 0"; on a whole server it writes the last module's id into
 # ``HLS_MODULE_ID``. The adapted exit restores nothing when its enter selected nothing (as
 # CUDA's does when its enter replaced no device); when the enter did select a device, the
-# bridge's own exit runs unchanged. Setting ``HLS_MODULE_ID``
-# instead would reach every child process. The guard is the bridge's own code: its enter and
-# exit are run against a recording ``set_device`` (never the real one), and the adapter is
-# installed only when that exit selects a device its enter did not select.
+# bridge's own exit runs unchanged. Setting ``HLS_MODULE_ID`` instead would reach every child
+# process.
+#
+# Which bridges get the adapter is decided by release (support.BRIDGE_DEVICE_EXIT_FAULT_SINCE):
+# the release read has the fault, and every later one gets the adapter too until a release is
+# read without it. The adapted exit skips only exits whose enter selected no device, which a
+# bridge without the fault has nothing to restore for either.
 
 DEVICE_CONTEXT = "torch.hpu.device exit"
-#: The only names the bridge's enter and exit may use for the probe to be harmless.
-_PROBED_NAMES = frozenset({"idx", "prev_idx", "set_device", "current_device_idx"})
 
 
-class _RecordingSetDevice:
-    """Stands in for the bridge's ``set_device`` while its context code is probed."""
-
-    def __init__(self, current: int) -> None:
-        self.current_device_idx = current
-        self.calls: list[object] = []
-
-    def __call__(self, device: object) -> None:
-        self.calls.append(device)
-
-
-def _with_set_device(function: Any, set_device: _RecordingSetDevice) -> Any:
-    """``function``'s own code, with ``set_device`` bound to the recorder: nothing of the
-    bridge changes (its module's namespace is copied, not edited)."""
-    namespace = dict(function.__globals__, set_device=set_device)
-    return types.FunctionType(
-        function.__code__, namespace, function.__name__, function.__defaults__,
-        function.__closure__,
-    )
-
-
-def exit_selects_unentered_device(device_class: type) -> bool | None:
-    """Whether the class's exit selects a device when its enter, with no module id
-    (``idx == -1``) after ``set_device(0)``, selected none: the bridge's fault. None when the
-    code is not the kind the adapter was written for (the probe would not be harmless)."""
-    enter, exit_ = vars(device_class).get("__enter__"), vars(device_class).get("__exit__")
-    if not all(isinstance(f, types.FunctionType) for f in (enter, exit_)):
+def bridge_has_device_exit_fault(version: str) -> bool | None:
+    """Whether Gaudi bridge ``version`` is one the exit adapter is for; None when the
+    version cannot be read."""
+    key, since = release_key(version), release_key(BRIDGE_DEVICE_EXIT_FAULT_SINCE)
+    if key is None or since is None:
         return None
-    if not {"set_device", "idx", "prev_idx"} <= set(exit_.__code__.co_names) or not (
-        set(enter.__code__.co_names) | set(exit_.__code__.co_names)
-    ) <= _PROBED_NAMES:
-        return None
-    if any(f.__closure__ or any(isinstance(c, types.CodeType) for c in f.__code__.co_consts)
-           for f in (enter, exit_)):
-        return None  # a closure or a nested function: names the check above cannot see
-    recorder = _RecordingSetDevice(current=0)
-    try:
-        context = device_class.__new__(device_class)
-        context.idx, context.prev_idx = -1, -1
-        _with_set_device(enter, recorder)(context)
-        if recorder.calls:  # an enter that selects a device without a module id: not 1.19's
-            return None
-        _with_set_device(exit_, recorder)(context, None, None, None)
-    except Exception:
-        return None
-    return bool(recorder.calls)
+    return key[0] >= since[0]  # a pre-release of the first faulty release counts as it
 
 
 def make_device_exit(original: Callable[..., Any]) -> Callable[..., Any]:
     """The bridge's exit, skipped when the enter selected no device (its own rule: it
-    selects one when ``idx`` is a module id other than ``prev_idx``)."""
+    selects one when ``idx`` is a module id other than ``prev_idx``). A context without
+    those attributes is not the bridge's kind: its own exit runs."""
 
     @functools.wraps(original)
     def __exit__(self: Any, *exc: Any) -> Any:
-        if self.idx == -1 or self.idx == self.prev_idx:
+        idx, prev_idx = getattr(self, "idx", None), getattr(self, "prev_idx", None)
+        if idx is not None and (idx == -1 or idx == prev_idx):
             return False
         return original(self, *exc)
 
     return ours(__exit__)
 
 
-def install_device_context(patches: Patches, hpu: types.ModuleType | None = None) -> None:
-    """Adapt ``torch.hpu.device`` where the bridge has the fault; say why not otherwise."""
+def install_device_context(
+    patches: Patches, hpu: types.ModuleType | None = None, bridge_version: str | None = None
+) -> None:
+    """Adapt ``torch.hpu.device`` on the bridge releases with the fault; say why not otherwise.
+
+    ``bridge_version`` is the installed ``habana-torch-plugin``'s unless given (tests).
+    """
     if hpu is None:
         import torch
 
         hpu = getattr(torch, DEVICE_TYPE, None)
         if hpu is None:  # no Gaudi software loaded: there is no context manager to adapt
             return
+    version = bridge_version or host_version(GAUDI_DISTRIBUTION)
+    faulty = bridge_has_device_exit_fault(version)
+    if not faulty:
+        why = "is not a release that can be read" if faulty is None else (
+            f"is older than {BRIDGE_DEVICE_EXIT_FAULT_SINCE}, the first release read with the "
+            "fault"
+        )
+        record_out(GAUDI_DISTRIBUTION, DEVICE_CONTEXT, f"{GAUDI_DISTRIBUTION} {version} {why}")
+        log.info("hpu_plugin: torch.hpu.device is left as it is: %s %s %s",
+                 GAUDI_DISTRIBUTION, version, why)
+        return
     device_class = getattr(hpu, "device", None)
     found = isinstance(device_class, type)
     original = original_of(
@@ -290,23 +289,7 @@ def install_device_context(patches: Patches, hpu: types.ModuleType | None = None
     )
     if original is None:
         return
-    assert isinstance(device_class, type)
-    faulty = exit_selects_unentered_device(device_class)
-    if faulty is None:
-        stay_out(
-            GAUDI_DISTRIBUTION, DEVICE_CONTEXT,
-            "torch.hpu.device of the kind read in 1.19.0 (its enter and exit use only idx, "
-            "prev_idx and set_device)",
-        )
-    elif not faulty:
-        record_out(
-            GAUDI_DISTRIBUTION, DEVICE_CONTEXT,
-            f"not needed: the exit of {GAUDI_DISTRIBUTION} {host_version(GAUDI_DISTRIBUTION)}'s "
-            "torch.hpu.device selects no device its enter did not",
-        )
-        log.info("hpu_plugin: torch.hpu.device needs no adapter on this Gaudi software")
-    else:
-        patches.set(device_class, "__exit__", make_device_exit(original))
+    patches.set(device_class, "__exit__", make_device_exit(original))
 
 
 def install(registry: Registry, patches: Patches) -> None:

@@ -89,7 +89,8 @@ def keep_gaudi_workarounds(patches: Patches) -> None:
 def make_is_torch_hpu_available(
     registry: Registry, original: Callable[..., Any], patches: Patches | None = None
 ) -> Callable[..., bool]:
-    """The registry's answer, under R3, with the host's cache API and compile marker.
+    """The registry's answer (no while the installed Accelerate is older than 1.5.0, as in
+    Transformers' own check), with the host's cache API and compile marker.
 
     The original is not called: besides answering, it patches ``torch.gather``,
     ``torch.scatter`` and ``torch.compile`` with Python wrappers, which would put a

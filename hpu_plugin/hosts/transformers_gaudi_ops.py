@@ -8,7 +8,7 @@ original's side effects on Gaudi must happen here instead. What the original doe
   input as int32 and cast the result back (Gaudi fails to compile an int64 gather: "Graph
   compile failed with synStatus 26"); ``torch.scatter``/``Tensor.scatter`` clone ``src`` when
   it is the input itself; ``torch.linalg.cholesky`` retries with 1e-9 added to the diagonal
-  when its result has NaN ("barely" positive-definite inputs; Transformers issue 39175).
+  when its result has NaN ("barely" positive-definite inputs).
 - 4.53: only ``Tensor.gather`` of an int64 input is rerouted (through advanced indexing).
   The plugin applies the 4.54 form there too: same values for int32-range data.
 - 4.51 to 4.53, first-generation Gaudi only (``htexp._get_device_type()`` is

@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
+from hpu_plugin import hosts
 from hpu_plugin.hookspecs import DeviceProperties
+from hpu_plugin.patching import this_process
 
 
 @pytest.fixture
@@ -70,4 +72,10 @@ def test_accelerate_env_lists_the_gaudi_devices(installed, answers, capsys, tmp_
     assert "- HPU count: 2" in out
     if info is not None:
         assert info["HPU type"] == "GAUDI3"
+    # the module's print is a recorded patch: the builtin's behaviour outside the command,
+    # and gone once the adapters are undone
+    assert "accelerate.commands.env.print" in this_process.hosts.made
+    env.print("- `Accelerate` version: outside the command")
+    assert "HPU" not in capsys.readouterr().out
+    hosts.uninstall()
     assert "print" not in vars(env)

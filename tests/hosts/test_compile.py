@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import logging
+import types
 
 import pytest
 import torch
 
+from hpu_plugin import hosts
 from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.hosts import support, torch_adapter
+from hpu_plugin.patching import host_version, this_process
 
 
 def _switch_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -92,15 +96,47 @@ def test_torch_compiler_compile_goes_through_the_hook(installed, answers):
     assert ("compile", "inductor") in answers.calls
 
 
-def test_transformers_own_hpu_compile_wrapper_cannot_replace_the_interceptor(installed):
-    ours = torch.compile
+def _transformers_wrapper() -> object:
     # the name and module Transformers >= 4.55 gives its wrapper inside is_torch_hpu_available
     namespace: dict[str, object] = {"__name__": "transformers.utils.import_utils"}
     exec("def hpu_backend_compile(*args, **kwargs):\n    return None", namespace)
-    torch.compile = namespace["hpu_backend_compile"]
+    return namespace["hpu_backend_compile"]
+
+
+INSTALLED_HAS_WRAPPER = torch_adapter.transformers_has_compile_wrapper(
+    host_version("transformers")
+)
+
+
+@pytest.mark.skipif(not INSTALLED_HAS_WRAPPER, reason="this Transformers has no compile wrapper")
+def test_transformers_own_hpu_compile_wrapper_cannot_replace_the_interceptor(installed):
+    ours = torch.compile
+    assert "torch.__class__" in this_process.hosts.made
+    torch.compile = _transformers_wrapper()
     assert torch.compile is ours
     # any other assignment is a user's or another library's, and goes through
     other = object()
     torch.some_attribute_for_the_test = other
     assert torch.some_attribute_for_the_test is other
     del torch.some_attribute_for_the_test
+
+
+@pytest.mark.skipif(INSTALLED_HAS_WRAPPER, reason="this Transformers has a compile wrapper")
+def test_without_the_wrapper_the_torch_module_keeps_its_class(installed):
+    assert "torch.__class__" not in this_process.hosts.made
+    assert type(torch) is types.ModuleType
+
+
+def test_the_torch_module_class_is_given_back_on_undo(installed):
+    hosts.uninstall()
+    assert type(torch) is types.ModuleType
+
+
+@pytest.mark.parametrize(
+    ("version", "wrapper"),
+    [("4.51.3", False), ("4.54.1", False), ("4.55.0", True), ("4.55.0rc1", True),
+     ("4.57.6", True), ("5.24.0", True), ("?", False)],
+)
+def test_the_guard_follows_the_transformers_release(version, wrapper):
+    assert support.TRANSFORMERS_COMPILE_WRAPPER_SINCE == "4.55"
+    assert torch_adapter.transformers_has_compile_wrapper(version) is wrapper

@@ -2,8 +2,8 @@
 
 The Gaudi bridge's exit calls ``set_device(-1)`` after ``set_device(0)`` when no module id is
 set, which asserts with fewer than 8 modules visible: every ``torch.utils.checkpoint`` (TRL's
-default gradient checkpointing) failed on a one-Gaudi machine. The emulator keeps that fault;
-the adapter answers it where the probe of the bridge's own code finds it.
+default gradient checkpointing) fails on a one-Gaudi machine without the adapter. The
+emulator keeps that fault; the adapter answers it on the bridge releases that have it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from processes import emulated, run_python
 
 from hpu_plugin import patching
 from hpu_plugin.diagnostics import support
+from hpu_plugin.hosts import support as hosts_support
 from hpu_plugin.hosts import torch_adapter
 from hpu_plugin.patching import Patches
 
@@ -55,10 +56,6 @@ _CHECKPOINT = """
     print(json.dumps(result))
 """
 
-#: What a probe of code it should not run would leave behind.
-TOUCHED: list[str] = []
-
-
 @pytest.mark.e2e
 def test_checkpoint_after_set_device_0_on_one_module_equals_no_checkpoint():
     """A plain ``torch.utils.checkpoint`` (both variants; dropout shows the RNG state is
@@ -72,13 +69,13 @@ def test_checkpoint_after_set_device_0_on_one_module_equals_no_checkpoint():
     assert "the only supported device idx is 0" in result["bridge"]
 
 
-# -- the guard: the bridge's own code, probed ------------------------------------------------
+# -- the gate: the bridge's release ----------------------------------------------------------
 
 calls: list[object] = []
 
 
 def set_device(device: object) -> None:
-    """The module-level name the probed classes below call, as the bridge's do."""
+    """The module-level name the classes below call, as the bridge's do."""
     calls.append(device)
 
 
@@ -86,7 +83,7 @@ set_device.current_device_idx = 0  # type: ignore[attr-defined]
 
 
 class FaultyDevice:
-    """The 1.19 bridge's rule: the exit selects ``idx`` whenever ``prev_idx`` differs."""
+    """The bridge's rule: the exit selects ``idx`` whenever ``prev_idx`` differs."""
 
     def __init__(self, device: object) -> None:
         self.idx, self.prev_idx = -1, -1
@@ -102,15 +99,6 @@ class FaultyDevice:
         return False
 
 
-class RestoringDevice(FaultyDevice):
-    """CUDA's rule: the exit restores what the enter replaced, nothing else."""
-
-    def __exit__(self, *exc: object) -> bool:
-        if self.idx != -1 and self.prev_idx != self.idx and self.prev_idx != -1:
-            set_device(self.prev_idx)
-        return False
-
-
 def _bridge(device_class: type | None) -> types.ModuleType:
     module = types.ModuleType("habana_frameworks.torch.hpu")
     if device_class is not None:  # a class of its own, with the context code in its __dict__
@@ -120,13 +108,14 @@ def _bridge(device_class: type | None) -> types.ModuleType:
     return module
 
 
-def test_the_adapter_answers_the_fault_and_leaves_the_bridge_module_alone():
+@pytest.mark.parametrize("version", ["1.19.0", "1.19.0.561", "1.22.1.6", "2.0.0"])
+def test_the_adapter_answers_the_fault_and_leaves_the_bridge_module_alone(version):
     calls.clear()
     bridge, patches = _bridge(FaultyDevice), Patches()
-    torch_adapter.install_device_context(patches, bridge)
+    torch_adapter.install_device_context(patches, bridge, bridge_version=version)
     try:
-        assert calls == []  # the probe never reached the module's set_device
         assert patching.this_process.stayed_out == {}
+        assert patches.made == ["device.__exit__"]
         with bridge.device(0):
             pass
         assert calls == []  # the bridge's exit: set_device(-1)
@@ -144,66 +133,59 @@ def test_the_adapter_answers_the_fault_and_leaves_the_bridge_module_alone():
     assert calls == [-1]  # undone: the bridge's own exit again
 
 
+def test_a_context_without_the_bridge_attributes_keeps_its_own_exit():
+    bridge, patches = _bridge(FaultyDevice), Patches()
+    torch_adapter.install_device_context(patches, bridge, bridge_version="1.19.0")
+    try:
+        context = bridge.device(0)
+        del context.idx, context.prev_idx
+        calls.clear()
+        with pytest.raises(AttributeError):  # the bridge's own exit, not a silent skip
+            context.__exit__(None, None, None)
+    finally:
+        patches.undo()
+
+
 @pytest.mark.parametrize(
-    ("device_class", "reason", "severity"),
+    ("version", "device_class", "reason"),
     [
-        (RestoringDevice, "not needed: the exit of habana-torch-plugin", "info"),
-        (None, "has no torch.hpu.device class with __enter__ and __exit__", "warning"),
+        ("1.18.0.524", FaultyDevice, "habana-torch-plugin 1.18.0.524 is older than 1.19.0"),
+        ("?", FaultyDevice, "habana-torch-plugin ? is not a release that can be read"),
+        ("1.19.0", None, "has no torch.hpu.device class with __enter__ and __exit__"),
     ],
 )
-def test_staying_out_is_reported(device_class, reason, severity):
+def test_staying_out_is_reported(version, device_class, reason):
     patches = Patches()
-    torch_adapter.install_device_context(patches, _bridge(device_class))
+    bridge = _bridge(device_class)
+    torch_adapter.install_device_context(patches, bridge, bridge_version=version)
     assert patches.made == []
+    if device_class is not None:
+        assert "__hpu_plugin__" not in vars(vars(bridge.device)["__exit__"])
     result = support.report(probe=False)
     result["adapters"] = {"stayed_out": dict(patching.this_process.stayed_out), "note": ""}
     said = result["adapters"]["stayed_out"]["habana-torch-plugin torch.hpu.device exit"]
     assert reason in said
     assert "Host adapters that stayed out:" in support.report_lines(result)
     found = [f for f in support.findings(result) if f.check == "adapters"]
-    assert [f.severity for f in found] == [severity]
+    assert [f.severity for f in found] == ["warning"]
     assert "torch.hpu.device exit" in found[0].message
 
 
-def test_a_bridge_whose_context_calls_other_code_is_left_alone():
-    """The probe runs only code that names idx, prev_idx and set_device: anything else
-    could change the machine, so the adapter stays out unprobed."""
-
-    class Other(FaultyDevice):
-        def __exit__(self, *exc: object) -> bool:
-            if self.prev_idx != self.idx:
-                set_device(self.idx)
-            TOUCHED.append("exit")  # what a probe of unknown code could do to the machine
-            return False
-
-    TOUCHED.clear()
-    patches = Patches()
-    torch_adapter.install_device_context(patches, _bridge(Other))
-    assert TOUCHED == []
-    assert patches.made == []
-    assert "of the kind read in 1.19.0" in patching.this_process.stayed_out[
-        "habana-torch-plugin torch.hpu.device exit"
-    ]
+def test_the_gate_is_the_support_matrix_release():
+    assert torch_adapter.bridge_has_device_exit_fault(
+        hosts_support.BRIDGE_DEVICE_EXIT_FAULT_SINCE
+    )
+    assert torch_adapter.bridge_has_device_exit_fault("1.19.0rc1")
+    assert not torch_adapter.bridge_has_device_exit_fault("1.18.1")
+    assert torch_adapter.bridge_has_device_exit_fault("not a version") is None
 
 
-def test_a_context_the_probe_cannot_read_or_build_is_left_alone():
-    """A closure hides the names it calls; a class that cannot be built without arguments
-    would raise inside the probe: both stay out, and no other adapter is touched."""
+def test_the_emulated_bridge_is_a_release_with_the_fault():
+    """The emulator keeps the fault, so its bridge's release is one the gate adapts."""
+    from importlib import metadata
 
-    def hidden(function):
-        def wrapper(self, *exc):
-            return function(self, *exc)
-        return wrapper
+    from hpu_plugin.gaudi.software import STANDINS
 
-    class Wrapped(FaultyDevice):
-        __exit__ = hidden(FaultyDevice.__exit__)
-
-    class NeedsArguments(FaultyDevice):
-        def __new__(cls, needed):
-            return super().__new__(cls)
-
-    for device_class in (Wrapped, NeedsArguments):
-        patches = Patches()
-        torch_adapter.install_device_context(patches, _bridge(device_class))
-        assert patches.made == [], device_class
-        assert "habana-torch-plugin torch.hpu.device exit" in patching.this_process.stayed_out
+    found = list(metadata.distributions(name="habana-torch-plugin", path=[STANDINS]))
+    assert found
+    assert torch_adapter.bridge_has_device_exit_fault(found[0].version)

@@ -142,3 +142,16 @@ def test_only_tested_releases_are_adapted(version, known):
 def test_the_tested_release_is_the_one_ci_pins():
     requirements = Path(__file__).resolve().parents[2] / "requirements" / "test.txt"
     assert f"peft=={support.PEFT_TESTED[-1]}" in requirements.read_text().split()
+
+
+def test_the_tested_release_infer_device_takes_no_arguments():
+    """What the replacement (no parameters) relies on, on the installed tested release."""
+    import inspect
+
+    from hpu_plugin.patching import host_version
+
+    if not peft_adapter.known_release(host_version("peft")):
+        pytest.skip("not a tested PEFT release: the adapter stays out")
+    from peft.utils import other
+
+    assert not inspect.signature(other.infer_device).parameters

@@ -11,13 +11,16 @@ from __future__ import annotations
 import json
 import pickle
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
 from processes import emulated, run_python, scrubbed
 
+from hpu_plugin import patching
 from hpu_plugin.hosts import sentence_transformers_adapter as adapter
 from hpu_plugin.hosts import support
+from hpu_plugin.patching import Patches
 
 pytest.importorskip("sentence_transformers")
 
@@ -218,15 +221,35 @@ def test_explicit_devices_keep_what_is_not_hpu_and_map_hpu_to_modules():
 
 
 def test_optimum_without_optimum_habana_is_not_found_by_the_branch(monkeypatch):
+    narrow = adapter.importlib_for_base_model()
+    monkeypatch.setattr(adapter, "optimum_habana_installed", lambda: False)
+    assert narrow.util.find_spec("optimum") is None
+    assert narrow.util.find_spec("json") is not None
+    assert not hasattr(narrow, "import_module")  # only what the tested releases ask
+    monkeypatch.setattr(adapter, "optimum_habana_installed", lambda: True)
+    assert narrow.util.find_spec("optimum") is not None
+
+
+def test_the_branch_patch_is_made_once_and_undone():
     import importlib
 
-    proxy = adapter._ImportlibWithoutOptimumHabana(importlib)
-    monkeypatch.setattr(adapter, "optimum_habana_installed", lambda: False)
-    assert proxy.util.find_spec("optimum") is None
-    assert proxy.util.find_spec("json") is not None
-    assert proxy.import_module is importlib.import_module
-    monkeypatch.setattr(adapter, "optimum_habana_installed", lambda: True)
-    assert proxy.util.find_spec("optimum") is not None
+    module = types.ModuleType("sentence_transformers.base.model")
+    module.importlib = importlib
+    patches = Patches()
+    adapter.install_optimum_branch(patches, module)
+    adapter.install_optimum_branch(patches, module)
+    assert patches.made == ["sentence_transformers.base.model.importlib"]
+    assert module.importlib is not importlib
+    patches.undo()
+    assert module.importlib is importlib
+
+
+def test_a_module_without_the_importlib_name_is_left_alone():
+    module = types.ModuleType("sentence_transformers.base.model")
+    patches = Patches()
+    adapter.install_optimum_branch(patches, module)
+    assert patches.made == []
+    assert "sentence-transformers optimum branch" in patching.this_process.stayed_out
 
 
 @pytest.mark.parametrize(
@@ -235,3 +258,16 @@ def test_optimum_without_optimum_habana_is_not_found_by_the_branch(monkeypatch):
 def test_only_tested_releases_are_adapted(version, known):
     assert adapter.known_release(version) is known
     assert support.SENTENCE_TRANSFORMERS_TESTED == ("6.2.0",)
+
+
+def test_the_tested_release_uses_importlib_in_base_model_only_for_find_spec():
+    """What the narrow patch relies on, read in the installed release's source."""
+    import re
+
+    if not adapter.known_release(patching.host_version(adapter.HOST)):
+        pytest.skip("not a tested sentence-transformers release: the adapter stays out")
+    import sentence_transformers.base.model as base_model
+
+    source = Path(base_model.__file__).read_text()
+    uses = set(re.findall(r"(?<![\w.])importlib(?:\.\w+)*", source))
+    assert uses == {"importlib", "importlib.util.find_spec"}
