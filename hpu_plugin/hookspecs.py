@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from hpu_plugin.settings import PortableError
+from hpu_plugin.errors import Refusal as Refusal  # the documented import path
 
 PROJECT = "hpu_plugin"
 
@@ -69,16 +69,6 @@ def meaning(check: Callable[[Any, Mapping[str, Any]], str | None]) -> Callable[[
 CompileBackend = str | Callable[..., Any]
 #: A ``from_pretrained`` device map: a device string or a module-name-to-device mapping.
 DeviceMap = str | dict[str, Any]
-
-
-class Refusal(PortableError, ValueError):
-    """Raised by a hook to refuse a request that cannot work on the device.
-
-    Unlike any other exception, which the registry treats as a plugin fault (reported,
-    skipped), a refusal reaches the user before work starts. Its message must name the
-    input at fault and the fix. It pickles with its fields whatever its ``__init__``
-    takes, so a refusal raised in a Ray or multiprocessing worker reaches the driver whole.
-    """
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,6 @@ from hpu_plugin.switches import (
     ENV_NO_THIRD_PARTY,
     ENV_ONLY,
     NAME,
-    ConfigurationError,
     Selection,
     disable_value,
 )
@@ -54,7 +53,7 @@ log = logging.getLogger("hpu_plugin")
 __all__ = [
     "DEFAULT_IMPORT_BUDGET", "DIST_NAME", "ENTRY_POINT_GROUP", "ENV_DISABLE",
     "ENV_IMPORT_BUDGET", "ENV_NO_THIRD_PARTY", "ENV_ONLY", "HOOK_NAMES", "RESULT_TYPES",
-    "ConfigurationError", "PluginRecord", "Registry", "Selection", "conforms",
+    "PluginRecord", "Registry", "Selection", "conforms",
     "disable_value", "discover", "get_registry",
 ]
 
@@ -325,7 +324,7 @@ _building = threading.local()
 def get_registry() -> Registry:
     """The process's registry, built and loaded on first use.
 
-    Raises :class:`ConfigurationError` when a switch holds a bad value; nothing is cached
+    Raises :class:`SettingError` when a switch holds a bad value; nothing is cached
     then, so a corrected environment is read on the next call. A plugin whose import
     starts ``import torch`` while the registry is built outside it (a tool that built it
     before importing torch) reaches here again: that is refused with the fix, where it
