@@ -1,13 +1,10 @@
 """The plugin's error types: one base, a bad setting, a refusal.
 
-Every error here crosses processes whole. Ray, multiprocessing and launchers carry a
-worker's exception across by pickle, which by default rebuilds it as ``cls(*args)``: for
-an error whose ``__init__`` takes fields and formats one message that call fails (Ray
-reports "Failed to deserialize exception"; a ``multiprocessing`` pool waits for ever).
-:class:`HpuPluginError` rebuilds without a second ``__init__`` and restores every field
-and note, whatever a subclass's signature.
-
-Depends on nothing else in the package: it is imported inside ``import torch``.
+Every error here crosses processes whole: Ray, multiprocessing and launchers carry a
+worker's exception by pickle, which rebuilds it as ``cls(*args)`` and so fails for an
+``__init__`` that takes fields ("Failed to deserialize exception", a pool that waits for
+ever). :class:`HpuPluginError` rebuilds without calling ``__init__`` and restores every
+field and note. Imports nothing of the package.
 """
 
 from __future__ import annotations

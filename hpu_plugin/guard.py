@@ -14,9 +14,8 @@ A plugin's hook runs inside the user's ``import torch``, ``torch.compile`` or
   interrupted: a hook runs inside the user's call, and cutting it off mid-way could leave
   what it was doing half done;
 - *re-entry*: an implementation that reaches its own hook again (a compile hook calling
-  ``torch.compile``) is skipped in the inner call and reported. Left alone it recursed until
-  ``RecursionError``, which struck wherever the stack was deepest, often inside a lazy import
-  of the host (sympy), leaving that module half imported for the rest of the program.
+  ``torch.compile``) is skipped in the inner call and reported, rather than recursing until
+  a ``RecursionError`` strikes wherever the stack is deepest (often a half-done import).
 
 Everything reported is formatted by :func:`describe`, which never raises and cuts long text:
 an exception whose ``repr`` raises is described by its type.

@@ -26,12 +26,8 @@ mean something the host can use: each spec's one check is declared beside it wit
 :func:`answers`. The guard (:mod:`hpu_plugin.guard`) applies it; a failure is a plugin
 fault, reported and skipped like an exception, so the decision falls to the next
 implementation.
-
-No hook takes a device type. The hooks are asked only on behalf of one device, ``hpu``
-(Gaudi): the hosts call them at their HPU decision points and nowhere else, so a
-``device_type`` argument would always be ``"hpu"``, and a plugin's branch on it could never
-run or be tested. A plugin that also serves another accelerator decides that in its own
-code; ``DeviceProperties.device_type`` still names the torch device for the hosts.
+No hook takes a device type: the hosts ask only at their HPU decision points, so it would
+always be ``"hpu"``.
 """
 
 from __future__ import annotations

@@ -12,10 +12,9 @@ not something to build on, so third-party plugins are registered first, in desce
 order, then the first-party ones: among plain implementations the first-party plugin is
 asked first, third-party ones after it by ascending name.
 
-Faults. A plugin that fails at import, or whose hook faults (see :mod:`hpu_plugin.guard`),
-is reported once per kind of fault, naming it, its distribution and version and the
-``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on. A registered plugin
-with a fault shows as ``faulted``.
+Faults. A plugin that fails at import, or whose hook faults (:mod:`hpu_plugin.guard`), is
+reported once per kind of fault, naming it, its distribution and version and the
+``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on.
 """
 
 from __future__ import annotations
@@ -317,9 +316,8 @@ def get_registry() -> Registry:
 
     Raises :class:`SettingError` when a switch holds a bad value; nothing is cached
     then, so a corrected environment is read on the next call. A plugin whose import
-    starts ``import torch`` while the registry is built outside it (a tool that built it
-    before importing torch) reaches here again: that is refused with the fix, where it
-    used to wait on the lock for ever.
+    starts ``import torch`` while the registry is built outside it reaches here again:
+    that is refused with the fix rather than waiting on the lock for ever.
     """
     global _registry
     if _registry is None:
