@@ -1,15 +1,10 @@
 """Run unchanged Hugging Face code on Intel Gaudi (torch device ``hpu``).
 
-Nothing here needs importing by users: :func:`autoload` runs inside ``import torch``
-through the ``torch.backends`` entry point. This module is on the import path of every
-``import torch`` on the machine, so it imports nothing at its top, and on a machine without
-Gaudi it is the only module of the package that ``import torch`` loads: :func:`autoload`
-answers that common case itself and hands everything else to ``hpu_plugin.activation``
-(each further module costs about 0.2 ms of import machinery on every ``import torch``).
-
-It also holds the one piece of process status every layer reads, :data:`state`: what
-activation did. Here, every reader (hosts, diagnostics, the self-test) finds it without
-importing activation, which imports them; and ``import torch`` pays no extra module for it.
+:func:`autoload` runs inside every ``import torch`` through the ``torch.backends`` entry
+point, so this module imports nothing at its top; on a machine without Gaudi it answers
+itself and is the only module of the package loaded. Everything else goes to
+``hpu_plugin.activation``. :data:`state` (what activation did) lives here so every layer
+reads it without importing activation.
 """
 
 __version__ = "0.1.0"

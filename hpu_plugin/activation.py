@@ -1,13 +1,10 @@
 """What runs inside ``import torch`` when there may be Gaudi to serve.
 
-The ``torch.backends`` entry point is ``hpu_plugin.autoload`` (the package root): it answers
-the common case (no Gaudi software, no switch set) without loading this module, so
-``import torch`` on a machine without Gaudi loads ``hpu_plugin`` only
-(``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
-PyTorch turns any exception raised inside the entry point into a failed ``import torch``
-for every program on the machine, so :func:`autoload` never raises: a fault is logged once
-and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at interpreter
-start when emulation is requested.
+``hpu_plugin.autoload`` answers the common case (no Gaudi software, no switch set) without
+loading this module; everything else comes here. PyTorch turns an exception inside the
+entry point into a failed ``import torch``, so :func:`autoload` never raises: a fault is
+logged once and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at
+interpreter start when emulation is requested.
 """
 
 from __future__ import annotations

@@ -7,16 +7,15 @@ A plugin's hook runs inside the user's ``import torch``, ``torch.compile`` or
   ``wrapper`` (before or after its ``yield``) raises, short of :class:`KeyboardInterrupt`
   (the user's Ctrl-C) and :class:`hookspecs.Refusal` (a plugin's deliberate answer), is
   reported once and undone: the decision falls to the next implementation;
-- *answers*: checked against the spec's return annotation, items and dataclass fields
-  included (a ``{"x": object()}`` from ``hpu_job_facts`` would end every rank in JSON),
-  then against the spec's meaning check (:data:`hookspecs.MEANING`); a failure is a fault;
+- *answers*: checked by the hook's one check (:data:`hookspecs.CHECKS`), items and fields
+  included (a ``{"x": object()}`` from ``hpu_job_facts`` would end every rank in JSON); a
+  failure is a fault;
 - *time*: a call slower than :data:`SLOW_HOOK` is reported naming the plugin. It is not
   interrupted: a hook runs inside the user's call, and cutting it off mid-way could leave
   what it was doing half done;
 - *re-entry*: an implementation that reaches its own hook again (a compile hook calling
-  ``torch.compile``) is skipped in the inner call and reported. Left alone it recursed until
-  ``RecursionError``, which struck wherever the stack was deepest, often inside a lazy import
-  of the host (sympy), leaving that module half imported for the rest of the program.
+  ``torch.compile``) is skipped in the inner call and reported, rather than recursing until
+  a ``RecursionError`` strikes wherever the stack is deepest (often a half-done import).
 
 Everything reported is formatted by :func:`describe`, which never raises and cuts long text:
 an exception whose ``repr`` raises is described by its type.
@@ -24,13 +23,10 @@ an exception whose ``repr`` raises is described by its type.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import threading
 import time
-import types
-import typing
 from collections.abc import Callable, Generator, Mapping
 from typing import Any, Protocol
 
@@ -64,82 +60,18 @@ def describe(value: object, limit: int = SHOWN) -> str:
     return text
 
 
-def _spec_types() -> dict[str, Any]:
-    """Each deciding spec's return annotation, ``None`` taken out (read from the specs, so a
-    spec that changes its return type changes what the guard accepts)."""
-    declared: dict[str, Any] = {}
-    for name in HOOK_NAMES:
-        returned = typing.get_type_hints(getattr(hookspecs, name)).get("return", type(None))
-        options = [a for a in _union_args(returned) if a is not type(None)]
-        if options:
-            declared[name] = options[0] if len(options) == 1 else typing.Union[tuple(options)]  # noqa: UP007
-    return declared
-
-
-def _union_args(annotation: Any) -> tuple[Any, ...]:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(a for arg in typing.get_args(annotation) for a in _union_args(arg))
-    return (annotation,)
-
-
-def conforms(value: object, annotation: Any) -> bool:
-    """Does ``value`` have the type ``annotation`` declares, items of containers and fields
-    of dataclasses included?"""
-    if annotation is Any or annotation is object:
-        return True
-    if annotation is None or annotation is type(None):
-        return value is None
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(conforms(value, arg) for arg in args)
-    if origin is typing.Literal:
-        return value in args
-    if annotation is Callable or origin is Callable or origin is typing.Callable:  # type: ignore[comparison-overlap]
-        return callable(value)
-    if origin is not None:
-        return isinstance(value, origin) and _items_conform(value, origin, args)
-    if not isinstance(annotation, type) or not isinstance(value, annotation):
-        return False
-    if dataclasses.is_dataclass(annotation):
-        hints = typing.get_type_hints(annotation)
-        return all(conforms(getattr(value, f.name, None), hints.get(f.name, Any))
-                   for f in dataclasses.fields(annotation))
-    return True
-
-
-def _items_conform(value: Any, origin: Any, args: tuple[Any, ...]) -> bool:
-    if not args:
-        return True
-    if issubclass(origin, Mapping):
-        return all(conforms(k, args[0]) and conforms(v, args[-1]) for k, v in value.items())
-    if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-        return len(value) == len(args) and all(map(conforms, value, args))
-    return all(conforms(item, args[0]) for item in value)
-
-
 #: Every hook a plugin may implement.
 HOOK_NAMES: frozenset[str] = frozenset(
     name for name, spec in inspect.getmembers(hookspecs, inspect.isfunction)
     if getattr(spec, hookspecs.PROJECT + "_spec", None) is not None
 )
-#: What a deciding hook may return besides ``None``; hooks whose result is ignored are not
-#: listed.
-RESULT_TYPES: Mapping[str, Any] = types.MappingProxyType(_spec_types())
-
-
-def _type_name(annotation: Any) -> str:
-    if isinstance(annotation, type):
-        return annotation.__name__
-    return str(annotation).replace("typing.", "").replace("collections.abc.", "")
-
 
 class _Call:
     """One plugin's implementation of one hook: its checks, its clock and its re-entry."""
 
     def __init__(self, hook: str, function: Callable[..., Any], report: Reporter) -> None:
         self.hook, self.function, self.report = hook, function, report
-        self.expected = RESULT_TYPES.get(hook)
-        self.meaning = hookspecs.MEANING.get(hook)
+        self.check = hookspecs.CHECKS.get(hook)
         self.active = threading.local()
         try:  # pluggy passes the arguments by position, in the implementation's order
             self.names = tuple(inspect.signature(function).parameters)
@@ -173,21 +105,15 @@ class _Call:
                             "the user's call; hooks must answer at once")
 
     def accepts(self, value: object, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
-        if value is None or self.expected is None:
+        """Does the answer pass its hook's check? A failure is reported naming the value."""
+        if value is None or self.check is None:
             return True
-        if not conforms(value, self.expected):
-            self.report(self.hook + ":type", f"returned {describe(value)} "
-                        f"({type(value).__name__}) from {self.hook}, "
-                        f"which the hook spec does not allow (expected "
-                        f"{_type_name(self.expected)} or None); skipped")
-            return False
         call = {**dict(zip(self.names, args, strict=False)), **kwargs}
-        problem = self.meaning(value, call) if self.meaning is not None else None
+        problem = self.check(value, call)
         if problem:
-            self.report(self.hook + ":value",
-                        f"returned {describe(value)} from {self.hook}: {problem}; refused")
-            return False
-        return True
+            self.report(self.hook + ":answer", f"returned {describe(value)} "
+                        f"({type(value).__name__}) from {self.hook}: {problem}; refused")
+        return not problem
 
 
 def guard(hook: str, function: Callable[..., Any], opts: Mapping[str, Any],

@@ -21,17 +21,13 @@ wrapper), and ``trylast`` makes it a fallback. The registry fixes this order its
 (third-party plugins are registered before first-party ones, by name); it does not depend
 on the order in which entry points are found.
 
-A return value must have the type the spec's annotation declares (``None`` aside), items
-included, and mean something the host can use: each spec's meaning check is declared
-beside it with :func:`meaning`. The guard (:mod:`hpu_plugin.guard`) applies both; a
-failure is a plugin fault, reported and skipped like an exception, so the decision falls
-to the next implementation.
-
-No hook takes a device type. The hooks are asked only on behalf of one device, ``hpu``
-(Gaudi): the hosts call them at their HPU decision points and nowhere else, so a
-``device_type`` argument would always be ``"hpu"``, and a plugin's branch on it could never
-run or be tested. A plugin that also serves another accelerator decides that in its own
-code; ``DeviceProperties.device_type`` still names the torch device for the hosts.
+An answer other than ``None`` must have the type the spec declares, items included, and
+mean something the host can use: each spec's one check is declared beside it with
+:func:`answers`. The guard (:mod:`hpu_plugin.guard`) applies it; a failure is a plugin
+fault, reported and skipped like an exception, so the decision falls to the next
+implementation.
+No hook takes a device type: the hosts ask only at their HPU decision points, so it would
+always be ``"hpu"``.
 """
 
 from __future__ import annotations
@@ -42,43 +38,45 @@ from typing import Any, TypeVar
 
 import pluggy
 
-from hpu_plugin.settings import PortableError
+from hpu_plugin.errors import Refusal as Refusal  # the documented import path
 
 PROJECT = "hpu_plugin"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-#: Meaning checks by hook name: ``check(answer, call arguments)`` is the problem in words,
-#: or ``None``. Declared beside each spec with :func:`meaning`.
-MEANING: dict[str, Callable[[Any, Mapping[str, Any]], str | None]] = {}
+#: A check of a hook's answers: ``check(answer, call arguments)`` is what is wrong with the
+#: answer, in words the plugin's author can act on, or ``None`` when it is usable.
+Check = Callable[[Any, Mapping[str, Any]], str | None]
+#: The one check of each deciding hook, declared beside its spec with :func:`answers`.
+CHECKS: dict[str, Check] = {}
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def meaning(check: Callable[[Any, Mapping[str, Any]], str | None]) -> Callable[[_F], _F]:
-    """Declare what an answer of the decorated spec must mean besides its type."""
+def answers(check: Check) -> Callable[[_F], _F]:
+    """Declare the check of the decorated spec's answers (``None`` is never checked)."""
 
     def declare(spec: _F) -> _F:
-        MEANING[spec.__name__] = check
+        CHECKS[spec.__name__] = check
         return spec
 
     return declare
+
+
+def _not_allowed(expected: str) -> str:
+    return f"the hook spec does not allow its type (expected {expected} or None)"
+
+
+def _of(kind: type) -> Check:
+    """The check of a hook whose answer is one plain type."""
+    return lambda value, call: (None if isinstance(value, kind)
+                                else _not_allowed(kind.__name__))
 
 
 #: A ``torch.compile`` backend: a registered name or a callable.
 CompileBackend = str | Callable[..., Any]
 #: A ``from_pretrained`` device map: a device string or a module-name-to-device mapping.
 DeviceMap = str | dict[str, Any]
-
-
-class Refusal(PortableError, ValueError):
-    """Raised by a hook to refuse a request that cannot work on the device.
-
-    Unlike any other exception, which the registry treats as a plugin fault (reported,
-    skipped), a refusal reaches the user before work starts. Its message must name the
-    input at fault and the fix. It pickles with its fields whatever its ``__init__``
-    takes, so a refusal raised in a Ray or multiprocessing worker reaches the driver whole.
-    """
 
 
 @dataclass(frozen=True)
@@ -103,6 +101,7 @@ def hpu_prepare_environment(environ: MutableMapping[str, str]) -> None:
     """
 
 
+@answers(_of(bool))
 @hookspec(firstresult=True)
 def hpu_device_available() -> bool | None:
     """Is a Gaudi device ready for this process?
@@ -115,6 +114,16 @@ def hpu_device_available() -> bool | None:
     """
 
 
+def _properties_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    fields = (str, int, int, str)
+    if isinstance(value, DeviceProperties) and all(
+            isinstance(getattr(value, name), kind)
+            for name, kind in zip(DeviceProperties.__dataclass_fields__, fields, strict=True)):
+        return None
+    return _not_allowed("DeviceProperties(str, int, int, str)")
+
+
+@answers(_properties_problem)
 @hookspec(firstresult=True)
 def hpu_device_properties() -> DeviceProperties | None:
     """Describe the device this process uses: type, count, current index, generation.
@@ -133,7 +142,9 @@ GAUDI_COMPILE_BACKEND = "hpu_backend"
 def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | None:
     """A backend named by a string must be Gaudi's or one dynamo knows; otherwise
     ``torch.compile`` fails later in dynamo without naming the plugin."""
-    if not isinstance(value, str) or value == GAUDI_COMPILE_BACKEND:
+    if not isinstance(value, str):
+        return None if callable(value) else _not_allowed("str or a callable")
+    if value == GAUDI_COMPILE_BACKEND:
         return None
     if not value:
         return "it named an empty compile backend"
@@ -148,7 +159,7 @@ def _compile_backend_problem(value: object, call: Mapping[str, Any]) -> str | No
     return None
 
 
-@meaning(_compile_backend_problem)
+@answers(_compile_backend_problem)
 @hookspec(firstresult=True)
 def hpu_compile_backend(
     requested: CompileBackend | None
@@ -164,6 +175,7 @@ def hpu_compile_backend(
     """
 
 
+@answers(_of(str))
 @hookspec(firstresult=True)
 def hpu_ddp_backend(requested: str | None) -> str | None:
     """Choose the collective backend of a distributed job on Gaudi.
@@ -177,6 +189,14 @@ def hpu_ddp_backend(requested: str | None) -> str | None:
     """
 
 
+def _facts_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    if isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                       for k, v in value.items()):
+        return None
+    return _not_allowed("dict[str, str]")
+
+
+@answers(_facts_problem)
 @hookspec
 def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
     """What this process sees that every rank of a job must see alike (strings by name).
@@ -196,6 +216,9 @@ def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
     import re
 
     allowed = {"hpu", "cpu", "disk", "meta"}
+    if not isinstance(value, str | dict) or (isinstance(value, dict) and not all(
+            isinstance(key, str) for key in value)):
+        return _not_allowed("str or dict[str, Any]")
     if isinstance(value, str) and value in _MAP_STRATEGIES:
         return None
     entries = list(value.items()) if isinstance(value, dict) else [("", value)]
@@ -209,7 +232,7 @@ def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
     return None
 
 
-@meaning(_device_map_problem)
+@answers(_device_map_problem)
 @hookspec(firstresult=True)
 def hpu_quantization_device_map(
     method: str,
@@ -230,15 +253,17 @@ def hpu_quantization_device_map(
     """
 
 
-def _buckets_problem(value: tuple[int, ...], call: Mapping[str, Any]) -> str | None:
+def _buckets_problem(value: object, call: Mapping[str, Any]) -> str | None:
     """Buckets the host can pad to: ascending positive sizes, each once."""
+    if not isinstance(value, tuple) or not all(isinstance(size, int) for size in value):
+        return _not_allowed("tuple[int, ...]")
     if any(size <= 0 or isinstance(size, bool) for size in value) or list(value) != sorted(
             set(value)):
         return "bucket sizes must be ascending positive integers, each once"
     return None
 
 
-@meaning(_buckets_problem)
+@answers(_buckets_problem)
 @hookspec(firstresult=True)
 def hpu_shape_buckets(kind: str, limit: int | None) -> tuple[int, ...] | None:
     """The sizes a host pads a varying dimension up to, so a compiled graph sees few shapes.
@@ -263,6 +288,7 @@ def hpu_shape_buckets(kind: str, limit: int | None) -> tuple[int, ...] | None:
     """
 
 
+@answers(_of(bool))
 @hookspec(firstresult=True)
 def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     """Should one of Gaudi's fast paths replace the ordinary path here?

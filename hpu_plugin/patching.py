@@ -4,15 +4,10 @@ The host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``),
 defaults activation exports and the emulator's stand-ins on ``sys.path`` all go through a
 :class:`Patches`: recorded (``made``, which ``hpu-plugin info`` lists) and undone in reverse
 order by the one :meth:`Patches.undo`. :data:`this_process` (an :class:`Activation`) holds
-them all.
-Left outside, because the real Gaudi stack makes the same change itself and keeps it for
-the life of the process: ``HLS_MODULE_ID`` set by the emulated ``torch.hpu.set_device``, the
-rank variables, ``HLS_MODULE_ID`` and ``ID`` set by the emulated hccl's
-``initialize_distributed_hpu``, ``TORCHINDUCTOR_COMPILE_THREADS`` set by the stand-in
-``habana_frameworks.torch``, and the emulator's ``torch.hpu`` registration with its modules
-in ``sys.modules``. Also outside: the environment of the plugin's own programs (doctor, the
-self-test's check processes, the ``hl-smi`` shim, a sentence-transformers pool worker), set
-at their start for the life of that process (docs/architecture.md lists each).
+them all. Left outside: what the real Gaudi stack also changes for the life of the process
+(the emulated ``set_device`` and hccl's rank variables, the emulator's ``torch.hpu``), and
+the environment of the plugin's own programs, set at their start (docs/architecture.md
+lists each).
 
 Host modules bind helpers by name when they are imported (``from .utils import
 is_torch_hpu_available``), so replacing the origin alone misses every module imported
@@ -160,7 +155,7 @@ class Patches:
 
     def add_path(self, entry: str) -> None:
         """Append ``entry`` to ``sys.path`` unless it is there. Undo removes it and forgets
-        the modules imported from it, so nothing is found or used there any more."""
+        the modules imported from it, so nothing of it stays in use."""
         if entry in sys.path:
             return
         sys.path.append(entry)

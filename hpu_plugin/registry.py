@@ -12,10 +12,9 @@ not something to build on, so third-party plugins are registered first, in desce
 order, then the first-party ones: among plain implementations the first-party plugin is
 asked first, third-party ones after it by ascending name.
 
-Faults. A plugin that fails at import, or whose hook faults (see :mod:`hpu_plugin.guard`),
-is reported once per kind of fault, naming it, its distribution and version and the
-``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on. A registered plugin
-with a fault shows as ``faulted``.
+Faults. A plugin that fails at import, or whose hook faults (:mod:`hpu_plugin.guard`), is
+reported once per kind of fault, naming it, its distribution and version and the
+``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on.
 """
 
 from __future__ import annotations
@@ -33,7 +32,7 @@ from typing import Any
 import pluggy
 
 from hpu_plugin import hookspecs
-from hpu_plugin.guard import HOOK_NAMES, RESULT_TYPES, conforms, describe, guard, passes
+from hpu_plugin.guard import HOOK_NAMES, describe, guard, passes
 from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
 from hpu_plugin.patching import this_process
@@ -45,7 +44,6 @@ from hpu_plugin.switches import (
     ENV_NO_THIRD_PARTY,
     ENV_ONLY,
     NAME,
-    ConfigurationError,
     Selection,
     disable_value,
 )
@@ -54,8 +52,8 @@ log = logging.getLogger("hpu_plugin")
 
 __all__ = [
     "DEFAULT_IMPORT_BUDGET", "DIST_NAME", "ENTRY_POINT_GROUP", "ENV_DISABLE",
-    "ENV_IMPORT_BUDGET", "ENV_NO_THIRD_PARTY", "ENV_ONLY", "HOOK_NAMES", "RESULT_TYPES",
-    "ConfigurationError", "PluginRecord", "Registry", "Selection", "conforms",
+    "ENV_IMPORT_BUDGET", "ENV_NO_THIRD_PARTY", "ENV_ONLY", "HOOK_NAMES",
+    "PluginRecord", "Registry", "Selection",
     "disable_value", "discover", "get_registry",
 ]
 
@@ -71,15 +69,6 @@ class _Hooks(types.SimpleNamespace):
 
     __eq__ = object.__eq__
     __hash__ = object.__hash__
-
-
-def _declares_device_type(function: Callable[..., Any]) -> bool:
-    """The deciding hooks took ``device_type`` until 0.1; pluggy would refuse such an
-    implementation with its own message, which does not say what to change."""
-    try:
-        return "device_type" in inspect.signature(function).parameters
-    except (TypeError, ValueError):  # a builtin or C callable: pluggy decides
-        return False
 
 
 class Registry:
@@ -192,10 +181,7 @@ class Registry:
             problem = (f"implements {hook!r}, which no hpu_plugin hook spec declares"
                        if hook not in HOOK_NAMES and not opts.get("optionalhook") else
                        f"implements {hook!r} as an old-style hookwrapper; write "
-                       "@hookimpl(wrapper=True)" if opts.get("hookwrapper") else
-                       f"implements {hook!r} with a 'device_type' parameter, which no hook "
-                       "takes any more (it was always 'hpu'): remove the parameter"
-                       if _declares_device_type(function) else "")
+                       "@hookimpl(wrapper=True)" if opts.get("hookwrapper") else "")
             if problem:
                 record.status, record.reason = "failed", problem
                 self._report(record, "register", problem + "; skipped")
@@ -205,7 +191,10 @@ class Registry:
         try:
             self.pm.register(guarded, name=record.name)
         except Exception as exc:  # e.g. an argument name the spec does not have
-            record.status, record.reason = "failed", f"rejected by pluggy: {describe(exc)}"
+            fix = ("; fix: remove the parameter the hook spec lacks (the specs and their "
+                   "arguments are in hpu_plugin.hookspecs)"
+                   if isinstance(exc, pluggy.PluginValidationError) else "")
+            record.status, record.reason = "failed", f"rejected by pluggy: {describe(exc)}{fix}"
             self._report(record, "register", record.reason + "; skipped")
             return
         record.hooks = hooks
@@ -325,11 +314,10 @@ _building = threading.local()
 def get_registry() -> Registry:
     """The process's registry, built and loaded on first use.
 
-    Raises :class:`ConfigurationError` when a switch holds a bad value; nothing is cached
+    Raises :class:`SettingError` when a switch holds a bad value; nothing is cached
     then, so a corrected environment is read on the next call. A plugin whose import
-    starts ``import torch`` while the registry is built outside it (a tool that built it
-    before importing torch) reaches here again: that is refused with the fix, where it
-    used to wait on the lock for ever.
+    starts ``import torch`` while the registry is built outside it reaches here again:
+    that is refused with the fix rather than waiting on the lock for ever.
     """
     if this_process.registry is None:
         with _registry_lock:

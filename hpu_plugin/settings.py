@@ -12,10 +12,11 @@ Depends on nothing else in the package (it runs in ``hpu_plugin.pth`` and inside
 
 from __future__ import annotations
 
-import copyreg
 import os
 import re
 from collections.abc import Mapping
+
+from hpu_plugin.errors import SettingError
 
 #: Words that turn a switch on or off, in any case. The one home of these sets: the
 #: registry, activation, the emulator's configuration and the ``.pth`` all read them here.
@@ -46,42 +47,6 @@ SIZE_UNITS: dict[str, int] = {
 _INTEGER = r"[+-]?[0-9]+"
 _DECIMAL = r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+"
 _SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)"
-
-
-class PortableError(Exception):
-    """An error that reaches another process whole.
-
-    Ray, multiprocessing and launchers carry a worker's exception across by pickle, which
-    by default rebuilds it as ``cls(*args)``: for an error whose ``__init__`` takes fields
-    and formats one message, that call fails ("Failed to deserialize exception" in Ray; a
-    ``multiprocessing`` pool waits for ever). This rebuilds without a second ``__init__``
-    and restores every field and note from ``__dict__``, for any subclass's signature.
-    """
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return copyreg.__newobj__, (type(self), *self.args), self.__dict__
-
-
-class SettingError(PortableError, ValueError):
-    """An environment variable holds a value the plugin cannot use.
-
-    ``variable``, ``value`` and ``accepted`` are kept for diagnostics (``hpu-plugin
-    doctor`` prints them as a finding with a fix).
-    """
-
-    def __init__(self, variable: str, value: str, accepted: str, fix: str = "") -> None:
-        self.variable, self.value, self.accepted = variable, value, accepted
-        self.fix = fix or f"set {variable} to {accepted}, or unset it"
-        super().__init__(f"{variable}={quoted(value)} is not usable; accepted: {accepted}; "
-                         f"fix: {self.fix}")
-
-
-def quoted(value: str, limit: int = 120) -> str:
-    """A setting's value as an error echoes it: quoted, and cut when long, so a 100 kB
-    value (a pasted file, a runaway script) cannot bury the message and its fix."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:

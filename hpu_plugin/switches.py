@@ -8,7 +8,7 @@
 
 A name is an entry-point name as ``hpu-plugin plugins`` lists it, or, to pick one
 distribution's plugin when two distributions use the same name, ``distribution:name``.
-A value we cannot use raises :class:`ConfigurationError`, naming the variable and the
+A value we cannot use raises :class:`SettingError`, naming the variable and the
 accepted form.
 """
 
@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hpu_plugin import settings
+from hpu_plugin.errors import SettingError, quoted
 from hpu_plugin.loader import PluginRecord, normalise
 
 ENV_DISABLE = "HPU_PLUGIN_DISABLE"
@@ -40,10 +41,6 @@ _FORM = ("plugin names as `hpu-plugin plugins` shows them, or distribution:name,
          "separated by commas")
 
 
-class ConfigurationError(ValueError):
-    """A switch of ours holds a value we cannot use; the message names it and the fix."""
-
-
 def disable_value(record: PluginRecord) -> str:
     """The ``HPU_PLUGIN_DISABLE`` value that turns off exactly this plugin, and that
     :func:`names` accepts (what ``hpu-plugin doctor`` prints as a fix); "" for a name no
@@ -60,10 +57,10 @@ def names(environ: Mapping[str, str], variable: str) -> frozenset[str]:
     if settings.is_off(raw):
         return frozenset()
     listed = [part.strip() for part in raw.split(",") if part.strip()]
-    setting, quoted = f"{variable}={settings.quoted(raw)}", settings.quoted
+    setting = f"{variable}={quoted(raw)}"
     for name in listed:
         if name.lower() in settings.ON_WORDS:
-            raise ConfigurationError(
+            raise SettingError(variable, raw, _FORM, message=
                 f"{setting} mixes the switch {quoted(name)} with plugin names: set "
                 f"{variable}=1 alone to turn hpu-plugin off, or list only {_FORM}."
                 if variable == ENV_DISABLE
@@ -71,12 +68,13 @@ def names(environ: Mapping[str, str], variable: str) -> frozenset[str]:
                 f"plugin name: list {_FORM}, or unset it."
             )
         if not NAME.match(name) and not _QUALIFIED.match(name):
-            raise ConfigurationError(
+            raise SettingError(variable, raw, _FORM, message=
                 f"{setting}: {quoted(name)} cannot be a plugin name (letters, digits, "
                 f"'_', '-', '.' and '+' only): list {_FORM}."
             )
     if not listed:
-        raise ConfigurationError(f"{setting} names no plugin: list {_FORM}, or unset {variable}.")
+        raise SettingError(variable, raw, _FORM,
+                           message=f"{setting} names no plugin: list {_FORM}, or unset {variable}.")
     return frozenset(_canonical(name) for name in listed)
 
 
@@ -103,18 +101,15 @@ class Selection:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Selection:
-        """Read and validate every switch; raise :class:`ConfigurationError` on a bad one."""
+        """Read and validate every switch; raise :class:`SettingError` on a bad one."""
         package_off = settings.is_on(environ.get(ENV_DISABLE))
         disabled = frozenset() if package_off else names(environ, ENV_DISABLE)
         only = names(environ, ENV_ONLY) if ENV_ONLY in environ else None
         if only is not None and not only:
             only = None  # HPU_PLUGIN_ONLY=0 / off / empty: no allowlist
-        try:
-            no_third = settings.switch(ENV_NO_THIRD_PARTY, environ.get(ENV_NO_THIRD_PARTY))
-            budget = settings.seconds(ENV_IMPORT_BUDGET, environ.get(ENV_IMPORT_BUDGET),
-                                      DEFAULT_IMPORT_BUDGET, MAX_IMPORT_BUDGET)
-        except settings.SettingError as exc:
-            raise ConfigurationError(str(exc)) from None
+        no_third = settings.switch(ENV_NO_THIRD_PARTY, environ.get(ENV_NO_THIRD_PARTY))
+        budget = settings.seconds(ENV_IMPORT_BUDGET, environ.get(ENV_IMPORT_BUDGET),
+                                  DEFAULT_IMPORT_BUDGET, MAX_IMPORT_BUDGET)
         return cls(disabled=disabled, only=only, third_party=not no_third,
                    import_budget=budget, package_off=package_off)
 

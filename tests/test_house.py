@@ -23,12 +23,13 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hpu_plugin"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
-BASE = frozenset({"settings", "reporting", "patching", "importhook"})
+BASE = frozenset({"errors", "settings", "reporting", "patching", "importhook"})
 #: Which layer (a folder or a top-level module of ``hpu_plugin``) may import which, besides
 #: itself and the package root ``hpu_plugin`` (``__version__`` and the process status
 #: ``state``; it imports nothing). Bottom to top; docs/architecture.md has the same table.
 ALLOWED: dict[str, frozenset[str]] = {
-    "settings": frozenset(),
+    "errors": frozenset(),
+    "settings": frozenset({"errors"}),
     "reporting": frozenset(),
     "patching": frozenset({"reporting"}),
     "importhook": frozenset({"patching", "reporting"}),

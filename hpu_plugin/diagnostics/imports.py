@@ -83,12 +83,13 @@ def probe_imports() -> tuple[list[Finding], list[str]]:
     """Findings about third-party plugin imports, and the ``HPU_PLUGIN_DISABLE`` values of
     the plugins whose import ends or stops the process (to keep out of ``doctor``'s own
     ``import torch``)."""
+    from hpu_plugin.errors import SettingError
     from hpu_plugin.loader import discover, normalise, record_for
-    from hpu_plugin.switches import ConfigurationError, Selection
+    from hpu_plugin.switches import Selection
 
     try:
         selection = Selection.from_environ()
-    except ConfigurationError:  # the activation finding says so; no plugin loads
+    except SettingError:  # the activation finding says so; no plugin loads
         return [], []
     limit = HANG_FACTOR * selection.import_budget
     records = [record_for(ep) for ep in discover()]

@@ -2,16 +2,15 @@
 
 Every rule names four things, because a user who meets the message must be able to act on
 it without reading our code: the input at fault (variable), its value, what is supported,
-and the fix. The error is a :class:`~hpu_plugin.hookspecs.Refusal`, so a hook that raises
+and the fix. The error is a :class:`~hpu_plugin.errors.Refusal`, so a hook that raises
 it reaches the user instead of being swallowed as a plugin fault by the registry, and it is
 a ``ValueError`` for callers that know nothing of hooks.
 """
 
 from __future__ import annotations
 
+from hpu_plugin.errors import Refusal, SettingError
 from hpu_plugin.gaudi.findings import Finding
-from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.settings import SettingError
 
 
 class GaudiConfigError(Refusal):

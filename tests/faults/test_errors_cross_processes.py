@@ -10,10 +10,10 @@ import pickle
 
 import pytest
 
+from hpu_plugin.errors import Refusal, SettingError
 from hpu_plugin.gaudi import environment, modes, preflight, selection, visibility
 from hpu_plugin.gaudi.errors import GaudiConfigError
-from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.settings import SettingError
+from hpu_plugin.switches import Selection
 
 MODULES = (environment, modes, preflight, selection, visibility)  # where the subclasses live
 
@@ -53,6 +53,14 @@ def test_a_setting_error_survives_pickle_with_its_fields():
     assert type(back) is SettingError and str(back) == str(error)
     assert (back.variable, back.value, back.accepted, back.fix) == (
         error.variable, error.value, error.accepted, error.fix)
+
+
+def test_a_switch_error_survives_pickle_with_its_fields():
+    with pytest.raises(SettingError) as caught:
+        Selection.from_environ({"HPU_PLUGIN_DISABLE": "a,1"})
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert type(back) is SettingError and str(back) == str(caught.value)
+    assert (back.variable, back.value) == ("HPU_PLUGIN_DISABLE", "a,1")
 
 
 class ThirdPartyRefusal(Refusal):

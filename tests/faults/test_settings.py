@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from hpu_plugin import settings
 from hpu_plugin.emulation import config
 from hpu_plugin.emulation.errors import EmulationError
-from hpu_plugin.registry import ConfigurationError, Selection
+from hpu_plugin.errors import SettingError
+from hpu_plugin.registry import Selection
 
 VAR = "HPU_TEST_VARIABLE"
 texts = st.text(max_size=60) | st.from_regex(r"\s*[0-9]{0,40}(\.[0-9]{0,5})?\s*[A-Za-z]{0,4}\s*",
@@ -137,7 +138,7 @@ def test_plugin_switches_never_escape_as_another_error(disable, only, budget):
                "HPU_PLUGIN_IMPORT_BUDGET": budget}
     try:
         Selection.from_environ(environ)
-    except ConfigurationError as exc:
+    except SettingError as exc:
         assert any(name in str(exc) for name in environ)
 
 
@@ -161,13 +162,13 @@ def test_hostile_ranks_are_refused_naming_the_variable(raw):
 @pytest.mark.parametrize("raw", ["abc", "\u0663", "0", "-1", "nan", "inf", "1e3", "9" * 400,
                                  "1,5", "99999999"])
 def test_hostile_import_budgets_are_refused_naming_the_variable(raw):
-    with pytest.raises(ConfigurationError, match="HPU_PLUGIN_IMPORT_BUDGET="):
+    with pytest.raises(SettingError, match="HPU_PLUGIN_IMPORT_BUDGET="):
         Selection.from_environ({"HPU_PLUGIN_IMPORT_BUDGET": raw})
 
 
 @pytest.mark.parametrize("raw", ["maybe", "2", "enabled", "ja", "\u0661"])
 def test_hostile_switch_words_are_refused_naming_the_variable(raw):
-    with pytest.raises(ConfigurationError, match="HPU_PLUGIN_NO_THIRD_PARTY="):
+    with pytest.raises(SettingError, match="HPU_PLUGIN_NO_THIRD_PARTY="):
         Selection.from_environ({"HPU_PLUGIN_NO_THIRD_PARTY": raw})
 
 

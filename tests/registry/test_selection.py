@@ -6,7 +6,8 @@ import logging
 
 import pytest
 
-from hpu_plugin.registry import ConfigurationError, Registry, Selection
+from hpu_plugin.errors import SettingError
+from hpu_plugin.registry import Registry, Selection
 
 PLAIN = """
 from hpu_plugin.hookspecs import hookimpl
@@ -100,7 +101,7 @@ def test_budget_is_read():
     ("HPU_PLUGIN_IMPORT_BUDGET", "inf"),
 ])
 def test_bad_values_name_the_variable_and_the_fix(variable, value):
-    with pytest.raises(ConfigurationError) as caught:
+    with pytest.raises(SettingError) as caught:
         Selection.from_environ({variable: value})
     message = str(caught.value)
     assert f"{variable}={value!r}" in message
