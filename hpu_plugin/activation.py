@@ -6,8 +6,8 @@ the common case (no Gaudi software, no switch set) without loading this module, 
 (``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
 PyTorch turns any exception raised inside the entry point into a failed ``import torch``
 for every program on the machine, so :func:`autoload` never raises: a fault is logged once
-and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at interpreter
-start when emulation is requested.
+and the plugin stays off. The emulator, when requested, is reached through
+``hpu_plugin.emulator`` only.
 """
 
 from __future__ import annotations
@@ -23,44 +23,6 @@ if TYPE_CHECKING:
     from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
-
-#: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
-#: nothing runs :func:`autoload`, so nothing would start the emulator.
-TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-
-
-def add_standins() -> None:
-    """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
-
-    Hosts look for ``habana_frameworks`` before they import torch; the stand-ins must be
-    findable from the start, as the real package is. Not added when PyTorch's backend
-    autoload is off: nothing would then start the emulator, and hosts that find the
-    stand-ins would take Gaudi branches into a device that is not there. Never raises: a
-    ``.pth`` error would print on every interpreter start.
-    """
-    try:
-        from hpu_plugin import settings
-        from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
-        from hpu_plugin.patching import search_path
-
-        if not settings.emulation_requested() or settings.is_on(
-                os.environ.get("HPU_PLUGIN_DISABLE")):
-            return
-        if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
-            from hpu_plugin.reporting import say_once
-
-            say_once(  # once: site may read a venv's .pth files twice
-                TORCH_AUTOLOAD, logging.WARNING,
-                "hpu_plugin: HPU_PLUGIN_EMULATE is set but %s=%r turns off PyTorch's backend "
-                "autoload, so the Gaudi emulator does not start; unset %s (or set it to 1) "
-                "to emulate, or unset HPU_PLUGIN_EMULATE.",
-                TORCH_AUTOLOAD, os.environ[TORCH_AUTOLOAD], TORCH_AUTOLOAD,
-            )
-            return
-        if not real_gaudi_installed():
-            search_path.add_path(STANDINS)
-    except Exception as exc:
-        log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
 def autoload() -> None:
@@ -87,21 +49,17 @@ def _take_back() -> None:
     running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
     import it and take their Gaudi branches. (A runtime the emulator loaded stays loaded, and
     ``torch.hpu`` once registered stays: torch has no way to take either back.)"""
+    if state["status"] != "failed":
+        return
     try:
-        from hpu_plugin.patching import exported, search_path
+        from hpu_plugin import emulator
+        from hpu_plugin.patching import exported
 
-        if state["status"] == "failed":
-            exported.undo()
-            for name in ("hpu_plugin.hosts", "hpu_plugin.emulation.runtime"):
-                module = sys.modules.get(name)  # only what activation got as far as
-                if module is None:
-                    continue
-                if name.endswith("hosts"):
-                    module.uninstall()
-                else:
-                    module.patches.undo()
-        if state.get("emulator") != "started":
-            search_path.undo()
+        exported.undo()
+        hosts = sys.modules.get("hpu_plugin.hosts")  # only what activation got as far as
+        if hosts is not None:
+            hosts.uninstall()
+        emulator.take_back(started=state.get("emulator") == "started")
     except Exception as exc:
         log.error("hpu_plugin: could not take back what activation changed: %r", exc)
 
@@ -153,11 +111,11 @@ def _activate() -> None:
         emulate = False
 
     if emulate:
-        from hpu_plugin.emulation import EmulationError, check_environment
+        from hpu_plugin import emulator
 
-        try:  # a bad emulator setting stops here, before anything is exported or loaded
-            check_environment()
-        except EmulationError as exc:
+        try:  # a missing emulator or a bad setting stops here, before anything changes
+            emulator.check_settings()
+        except emulator.EmulatorError as exc:
             state.update(status="failed", reason=str(exc))
             log.error("hpu_plugin: %s", exc)
             return
@@ -176,11 +134,11 @@ def _activate() -> None:
             ", ".join(late), " ".join(f"{name}={environ[name]}" for name in late),
         )
     if emulate:
-        from hpu_plugin.emulation import EmulationError, start
+        from hpu_plugin import emulator
 
         try:
-            start()
-        except EmulationError as exc:
+            emulator.start()
+        except emulator.EmulatorError as exc:
             state.update(status="failed", reason=str(exc))
             log.error("hpu_plugin: %s", exc)
             return

@@ -1,8 +1,8 @@
 """Every change the package makes to what it does not own, recorded and reversible.
 
-The host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``), the Gaudi
-defaults activation exports (:data:`exported`) and the emulator's stand-ins on ``sys.path``
-(:data:`search_path`) all go through a :class:`Patches`: recorded (``made``, which
+The host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``, its
+stand-ins on ``sys.path``) and the Gaudi defaults activation exports (:data:`exported`) all
+go through a :class:`Patches`: recorded (``made``, which
 ``hpu-plugin info`` lists) and undone in reverse order by the one :meth:`Patches.undo`.
 Left outside, because the real Gaudi stack makes the same change itself and keeps it for
 the life of the process: ``HLS_MODULE_ID`` set by the emulated ``torch.hpu.set_device``, the
@@ -37,7 +37,7 @@ stayed_out: dict[str, str] = {}
 
 
 def host_version(distribution: str) -> str:
-    from importlib import metadata  # not at the top: the ``.pth`` line imports this module
+    from importlib import metadata  # only when asked: most imports of this module never do
 
     try:
         return metadata.version(distribution)
@@ -217,7 +217,3 @@ def environ_entry(name: str) -> str:
 #: added): taken back when the plugin ends failed, so they never reach child processes as
 #: if the user had set them; the diagnostics tell the user's settings from ours by it.
 exported = Patches()
-#: The emulator's stand-ins for ``habana_frameworks`` on ``sys.path`` (the ``.pth`` line or
-#: the emulator's start adds them): withdrawn when the emulator does not run, or hosts that
-#: find ``habana_frameworks`` take their Gaudi branches into a device that is not there.
-search_path = Patches()

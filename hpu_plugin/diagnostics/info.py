@@ -113,17 +113,16 @@ def _patched() -> dict[str, list[str]]:
     """What the plugin changed outside itself in this process, through ``Patches``: the
     host adapters' attributes, the emulator's (``torch.manual_seed``, ``PATH``, its stand-ins
     on ``sys.path``) and the Gaudi defaults activation exported."""
-    from hpu_plugin.patching import exported, search_path
+    from hpu_plugin import emulator
+    from hpu_plugin.patching import exported
 
     hosts = sys.modules.get("hpu_plugin.hosts")
-    runtime = sys.modules.get("hpu_plugin.emulation.runtime")
-    toolkit = sys.modules.get("hpu_plugin.emulation.gpu_migration")
+    emulated = emulator.changes()
     return {
         "hosts": hosts.patched() if hosts is not None else [],
-        "emulator": list(search_path.made)
-        + (list(runtime.patches.made) if runtime is not None else []),
+        "emulator": emulated["emulator"],
         "environment": list(exported.made),
-        "gpu_migration": list(toolkit.patches.made) if toolkit is not None else [],
+        "gpu_migration": emulated["gpu_migration"],
     }
 
 

@@ -1,7 +1,7 @@
 """What ``import torch`` loads of the plugin: on a machine without Gaudi, the package root only
 (its ``autoload`` answers that case; every further module is about 0.2 ms on every
 ``import torch``); otherwise the root hands over to ``activation``, and with emulation the
-entry point and the ``.pth`` line still start everything."""
+entry point starts everything, the emulator's stand-ins on ``sys.path`` included."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import json, sys
 import torch
 modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
 from hpu_plugin import state
-from hpu_plugin.patching import exported, search_path
+from hpu_plugin.patching import exported
+runtime = sys.modules.get("hpu_emulator.runtime")
 print(json.dumps({
     "modules": modules, "status": state["status"], "reason": state["reason"],
-    "exported": exported.made, "search_path": search_path.made,
+    "exported": exported.made, "search_path": runtime.search_path.made if runtime else [],
     "hpu": hasattr(torch, "hpu") and torch.hpu.is_available(),
 }))
 """
@@ -58,7 +59,7 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     assert len(result["search_path"]) == 1  # type: ignore[arg-type]
     assert "standins" in result["search_path"][0]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
-    assert {"hpu_plugin.emulation", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
+    assert {"hpu_emulator", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
 
 
 def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
@@ -73,4 +74,4 @@ def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
     assert (result["status"], result["reason"]) == (
         "skipped", "Gaudi software present, but no device is ready")
     assert {"hpu_plugin.registry", "hpu_plugin.hosts"} <= set(result["modules"])  # type: ignore[arg-type]
-    assert "hpu_plugin.emulation" not in result["modules"]  # type: ignore[operator]
+    assert "hpu_emulator" not in result["modules"]  # type: ignore[operator]
