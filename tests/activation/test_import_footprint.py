@@ -13,7 +13,7 @@ from processes import emulated, run_python, scrubbed
 PROBE = """
 import json, sys
 import torch
-modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
+modules = sorted(m for m in sys.modules if m.split(".")[0] in ("hpu_plugin", "hpu_emulator"))
 from hpu_plugin import state
 from hpu_plugin.patching import exported
 runtime = sys.modules.get("hpu_emulator.runtime")
@@ -59,7 +59,8 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     assert len(result["search_path"]) == 1  # type: ignore[arg-type]
     assert "standins" in result["search_path"][0]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
-    assert {"hpu_emulator", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
+    assert {"hpu_plugin.emulator", "hpu_emulator", "hpu_plugin.hosts",
+            "hpu_plugin.registry"} <= modules
 
 
 def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
