@@ -134,3 +134,18 @@ def test_an_activation_failing_half_way_takes_back_its_changes(where: str) -> No
         "status": "failed", "seed_is_ours": False, "path_same": True, "hosts": False,
         "found": where == "hosts"}, out.stderr[-3000:]
     assert "no room for hl-smi" in out.stderr
+
+
+def test_emulation_without_the_emulator_installed_names_the_fix(tmp_path) -> None:
+    # import torch still works; the plugin is off and says how to get the emulator
+    script = """
+import json, sys
+sys.modules["hpu_emulator"] = None  # as if hpu-emulator were not installed
+import torch
+from hpu_plugin import state
+print(json.dumps({"status": state["status"], "hpu": hasattr(torch, "hpu")}))
+"""
+    out = run_python(script, scrubbed(HPU_PLUGIN_EMULATE="1"), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"status": "failed", "hpu": False}
+    assert "pip install 'hpu-plugin[emulator]'" in out.stderr
