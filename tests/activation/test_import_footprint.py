@@ -56,8 +56,10 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     # What it changed in the process is recorded in the Patches that take it back.
     assert result["exported"] == [
         "os.environ['PT_ENABLE_INT64_SUPPORT']", "os.environ['PT_HPU_LAZY_MODE']"]
-    assert len(result["search_path"]) == 1  # type: ignore[arg-type]
+    # the stand-ins: on sys.path here, and on PYTHONPATH for child processes
+    assert len(result["search_path"]) == 2  # type: ignore[arg-type]
     assert "standins" in result["search_path"][0]  # type: ignore[index]
+    assert "PYTHONPATH" in result["search_path"][1]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
     assert {"hpu_plugin.emulator", "hpu_emulator", "hpu_plugin.hosts",
             "hpu_plugin.registry"} <= modules

@@ -29,11 +29,21 @@ search_path = Patches()
 
 
 def add_standins() -> None:
-    """Make the stand-ins importable in this process, appended to ``sys.path`` so they can
-    never shadow anything installed (``startup.start`` refuses to run at all beside the real
-    Gaudi software). A child process finds them once its own ``import torch`` starts its
-    own emulator, as this process did."""
-    search_path.add_path(str(STANDINS))
+    """Make the stand-ins importable in this process and in its children.
+
+    Appended to ``sys.path``, never prepended, so they cannot shadow anything installed
+    (``startup.start`` refuses to run at all beside the real Gaudi software). Children get
+    them through ``PYTHONPATH``: a child that never imports torch (``pip list``, which
+    optimum-habana reads) sees the stand-ins' ``habana-torch-plugin`` distribution as it
+    would see the real one; a child that imports torch starts its own emulator.
+    """
+    entry = str(STANDINS)
+    search_path.add_path(entry)
+    inherited = os.environ.get("PYTHONPATH", "")
+    if entry not in inherited.split(os.pathsep):
+        search_path.set_item(
+            os.environ, "PYTHONPATH", inherited + os.pathsep + entry if inherited else entry,
+            "os.environ['PYTHONPATH'] (the stand-ins, for child processes)")
 
 
 def take_back(keep_standins: bool) -> None:
