@@ -101,10 +101,10 @@ def _run_entry(session: nox.Session, requirements: Path) -> None:
     fresh = not (venv / "pyvenv.cfg").exists() or not any(venv.glob("lib/*/site-packages/torch"))
     seconds: dict[str, int] = {}
     start = time.monotonic()
-    session.install("-r", str(requirements), "-e", ".")
+    session.install("-r", str(requirements), "-e", ".", "-e", "packages/hpu-emulator")
     seconds["install"] = round(time.monotonic() - start)
     start = time.monotonic()
-    session.run("python", "-m", "hpu_plugin.emulation", "build")
+    session.run("python", "-m", "hpu_emulator", "build")
     seconds["build"] = round(time.monotonic() - start)
     versions = json.loads(session.run("python", "-c", VERSIONS, silent=True).strip())
     junit = Path(session.create_tmp()) / "junit.xml"

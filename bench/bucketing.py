@@ -11,7 +11,7 @@ training only). The emulator is turned on for this process.
 
 Without buckets dynamo traces the varying lengths with symbolic sizes after its first
 recompile, and the bridge compiles such a dynamic graph into ranged recipes; the emulator
-models both (hpu_plugin/emulation/README.md).
+models both (packages/hpu-emulator/README.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A tiny Llama, eager (not compiled), as unchanged Transformers code runs it: laun
 host synchronisations per ``Trainer`` step (AdamW, ``max_grad_norm=1.0``, batch 2, rows of
 random lengths) and per generated token (greedy ``generate()``, its prefill included, after
 a first call that compiles), counted by the emulator
-(``hpu_plugin.emulation.counters``: what a Gaudi would launch in eager mode), with every fast
+(``hpu_emulator.counters``: what a Gaudi would launch in eager mode), with every fast
 path off (``HPU_PLUGIN_FAST=0``), each one alone, and all on; then the padding of the
 ``Trainer``'s bucketed batches with and without rows of similar length batched together.
 Losses and tokens of each arm are compared with the all-off arm. Run:
@@ -27,7 +27,7 @@ import torch
 from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 from hpu_plugin.gaudi.fast_paths import FAST_PATHS, SWITCH
 
 

@@ -72,7 +72,7 @@ def replay_against_eager(blocks: int = 11, calls: int = 20) -> None:
 def lazy_trace_per_op(blocks: int = 11, calls: int = 5000) -> None:
     import torch
 
-    from hpu_plugin.emulation import lazy, runtime
+    from hpu_emulator import lazy, runtime
 
     a = torch.ones(4, device="hpu")
     b = torch.ones(4, device="hpu")

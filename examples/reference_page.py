@@ -6,7 +6,7 @@
 Nothing here imports hpu_plugin: installing the package is all it takes. The page's hub
 model is replaced by a tiny Llama and tokenizer built from a config and saved locally, since
 nothing is downloaded. The first emulated run compiles the emulator (about a minute;
-``python -m hpu_plugin.emulation build`` does it ahead of time).
+``python -m hpu_emulator build`` does it ahead of time).
 """
 
 import subprocess

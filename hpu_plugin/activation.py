@@ -1,10 +1,13 @@
 """What runs inside ``import torch`` when there may be Gaudi to serve.
 
-``hpu_plugin.autoload`` answers the common case (no Gaudi software, no switch set) without
-loading this module; everything else comes here. PyTorch turns an exception inside the
-entry point into a failed ``import torch``, so :func:`autoload` never raises: a fault is
-logged once and the plugin stays off. ``hpu_plugin.pth`` calls :func:`add_standins` at
-interpreter start when emulation is requested.
+The ``torch.backends`` entry point is ``hpu_plugin.autoload`` (the package root): it answers
+the common case (no Gaudi software, no switch set) without loading this module, so
+``import torch`` on a machine without Gaudi loads ``hpu_plugin`` only
+(``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
+PyTorch turns any exception raised inside the entry point into a failed ``import torch``
+for every program on the machine, so :func:`autoload` never raises: a fault is logged once
+and the plugin stays off. The emulator, when requested, is reached through
+``hpu_plugin.emulator`` only.
 """
 
 from __future__ import annotations
@@ -20,44 +23,6 @@ if TYPE_CHECKING:
     from hpu_plugin.registry import Registry
 
 log = logging.getLogger("hpu_plugin")
-
-#: PyTorch's own switch for backend autoload: any value but "1" turns it off, and then
-#: nothing runs :func:`autoload`, so nothing would start the emulator.
-TORCH_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-
-
-def add_standins() -> None:
-    """Run by ``hpu_plugin.pth`` at interpreter start when emulation is requested.
-
-    Hosts look for ``habana_frameworks`` before they import torch; the stand-ins must be
-    findable from the start, as the real package is. Not added when PyTorch's backend
-    autoload is off: nothing would then start the emulator, and hosts that find the
-    stand-ins would take Gaudi branches into a device that is not there. Never raises: a
-    ``.pth`` error would print on every interpreter start.
-    """
-    try:
-        from hpu_plugin import settings
-        from hpu_plugin.gaudi.software import STANDINS, real_gaudi_installed
-        from hpu_plugin.patching import this_process
-
-        if not settings.emulation_requested() or settings.is_on(
-                os.environ.get("HPU_PLUGIN_DISABLE")):
-            return
-        if os.environ.get(TORCH_AUTOLOAD, "1") != "1":
-            from hpu_plugin.reporting import say_once
-
-            say_once(  # once: site may read a venv's .pth files twice
-                TORCH_AUTOLOAD, logging.WARNING,
-                "hpu_plugin: HPU_PLUGIN_EMULATE is set but %s=%r turns off PyTorch's backend "
-                "autoload, so the Gaudi emulator does not start; unset %s (or set it to 1) "
-                "to emulate, or unset HPU_PLUGIN_EMULATE.",
-                TORCH_AUTOLOAD, os.environ[TORCH_AUTOLOAD], TORCH_AUTOLOAD,
-            )
-            return
-        if not real_gaudi_installed():
-            this_process.search_path.add_path(STANDINS)
-    except Exception as exc:
-        log.error("hpu_plugin: could not add the emulator's stand-ins to sys.path: %r", exc)
 
 
 def autoload() -> None:
@@ -84,15 +49,16 @@ def _take_back() -> None:
     running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
     import it and take their Gaudi branches. (A runtime the emulator loaded stays loaded, and
     ``torch.hpu`` once registered stays: torch has no way to take either back.)"""
+    if state["status"] != "failed":
+        return
     try:
         from hpu_plugin import importhook
         from hpu_plugin.patching import this_process
 
-        if state["status"] == "failed":
-            importhook.remove()
-            this_process.undo_hosts()
-            this_process.emulator.undo()
-            this_process.environment.undo()
+        this_process.environment.undo()
+        importhook.remove()  # only what activation got as far as: each undo is a no-op else
+        this_process.undo_hosts()
+        this_process.emulator.undo()
         if state.get("emulator") != "started":
             this_process.search_path.undo()
     except Exception as exc:
@@ -147,11 +113,11 @@ def _activate() -> None:
         emulate = False
 
     if emulate:
-        from hpu_plugin.emulation import EmulationError, check_environment
+        from hpu_plugin import emulator
 
-        try:  # a bad emulator setting stops here, before anything is exported or loaded
-            check_environment()
-        except EmulationError as exc:
+        try:  # a missing emulator or a bad setting stops here, before anything changes
+            emulator.check_settings()
+        except emulator.EmulatorError as exc:
             state.update(status="failed", reason=str(exc))
             log.error("hpu_plugin: %s", exc)
             return
@@ -170,11 +136,11 @@ def _activate() -> None:
             ", ".join(late), " ".join(f"{name}={environ[name]}" for name in late),
         )
     if emulate:
-        from hpu_plugin.emulation import EmulationError, start
+        from hpu_plugin import emulator
 
         try:
-            start()
-        except EmulationError as exc:
+            emulator.start()
+        except emulator.EmulatorError as exc:
             state.update(status="failed", reason=str(exc))
             log.error("hpu_plugin: %s", exc)
             return

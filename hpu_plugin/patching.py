@@ -34,7 +34,7 @@ _MISSING = object()
 
 
 def host_version(distribution: str) -> str:
-    from importlib import metadata  # not at the top: the ``.pth`` line imports this module
+    from importlib import metadata  # only when asked: most imports of this module never do
 
     try:
         return metadata.version(distribution)

@@ -41,11 +41,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "guard": BASE | {"hookspecs", "gaudi"},
     "registry": BASE | {"hookspecs", "gaudi", "loader", "switches", "guard"},
     "plugins": BASE | {"hookspecs", "gaudi", "machine"},
-    "emulation": BASE | {"gaudi"},
+    "emulator": BASE,
     "hosts": BASE | {"hookspecs", "gaudi", "machine", "registry"},
     "diagnostics": BASE | {"hookspecs", "gaudi", "machine", "loader", "switches", "registry",
                            "hosts"},
-    "activation": BASE | {"gaudi", "registry", "emulation", "hosts", "diagnostics"},
+    "activation": BASE | {"gaudi", "registry", "emulator", "hosts", "diagnostics"},
     "selftest": BASE | {"hookspecs", "gaudi", "machine", "registry"},
     "cli": BASE | {"diagnostics", "selftest"},
     "__main__": frozenset({"cli"}),
@@ -196,6 +196,18 @@ def test_the_package_root_imports_only_activation_from_its_entry_point():
     assert inside == {"autoload"}
 
 
+def test_only_the_emulator_module_imports_the_emulator():
+    """The emulator is another distribution: ``hpu_plugin.emulator`` is the one door to it."""
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "hpu_emulator" for name in names):
+                found.add(module)
+    assert found == {"hpu_plugin.emulator"}
+
+
 def test_no_import_circle():
     graph = {module: imports_of(module) for module in MODULES}
     graph[ENTRY[0]] = graph[ENTRY[0]] - {ENTRY[1]}
@@ -234,12 +246,11 @@ def test_the_architecture_doc_has_the_same_matrix():
 
 def _doc_modules() -> dict[str, set[str]]:
     """docs/architecture.md's "Every module": one line a folder, ``- `gaudi/`: ...``, naming
-    each of its modules as ``name.py`` (``checks/detect.py`` a level down; the emulator's
-    stand-ins as the one folder ``standins/``)."""
+    each of its modules as ``name.py`` (``checks/detect.py`` a level down)."""
     section = ARCHITECTURE.read_text().split("## Every module", 1)[1].split("\n## ", 1)[0]
     listed = {}
     for match in re.finditer(r"^- `(\w+)/`:(.*?)(?=^- `|\Z)", section, re.M | re.S):
-        listed[match[1]] = set(re.findall(r"`([\w/]+\.py|standins/)`", match[2]))
+        listed[match[1]] = set(re.findall(r"`([\w/]+\.py)`", match[2]))
     return listed
 
 
@@ -250,9 +261,7 @@ def test_the_architecture_doc_names_every_module():
         if len(relative.parts) == 1:
             continue  # top-level modules are the rows of the matrix
         folder, inner = relative.parts[0], Path(*relative.parts[1:])
-        if inner.parts[0] == "standins":
-            actual.setdefault(folder, set()).add("standins/")
-        elif inner.name != "__init__.py":
+        if inner.name != "__init__.py":
             actual.setdefault(folder, set()).add(inner.as_posix())
     assert _doc_modules() == actual
     top_level = {path.stem for path in PACKAGE.glob("*.py")} - {"__init__"}

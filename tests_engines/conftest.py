@@ -100,5 +100,5 @@ def free_port() -> int:
 @pytest.fixture(scope="session", autouse=True)
 def _emulator_builds(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Build (or find) the emulator once, so no job times out compiling it."""
-    subprocess.run([sys.executable, "-m", "hpu_plugin.emulation", "build"], check=True,
+    subprocess.run([sys.executable, "-m", "hpu_emulator", "build"], check=True,
                    env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True)

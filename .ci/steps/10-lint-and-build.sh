@@ -4,4 +4,4 @@ set -euo pipefail
 source .ci/steps/lib.bash
 setup_venv .venv requirements/test.txt
 .venv/bin/ruff check .
-.venv/bin/python -m hpu_plugin.emulation build
+.venv/bin/python -m hpu_emulator build

@@ -10,5 +10,5 @@
 set -euo pipefail
 source .ci/steps/lib.bash
 setup_venv .venv-peer requirements/peer.txt
-.venv-peer/bin/python -m hpu_plugin.emulation build
+.venv-peer/bin/python -m hpu_emulator build
 .venv-peer/bin/python -m peer_suites run --subset ci

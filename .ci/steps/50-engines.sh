@@ -5,5 +5,5 @@
 set -euo pipefail
 source .ci/steps/lib.bash
 DS_BUILD_OPS=0 setup_venv .venv-engines requirements/engines.txt
-.venv-engines/bin/python -m hpu_plugin.emulation build
+.venv-engines/bin/python -m hpu_emulator build
 .venv-engines/bin/pytest tests_engines -m "not engines_full" -q -p no:cacheprovider

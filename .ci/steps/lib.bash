@@ -1,5 +1,6 @@
 # Shared by the steps: setup_venv DIR REQUIREMENTS... creates DIR (once) and installs the
-# requirements and this package (editable) into it, printing what it does.
+# requirements, this package and the emulator (both editable, in one pip command) into it,
+# printing what it does.
 setup_venv() {
     local dir=$1; shift
     local args=()
@@ -8,6 +9,6 @@ setup_venv() {
         echo "--- creating $dir"
         "${PY:-python3}" -m venv "$dir"
     fi
-    echo "--- installing ${*} and hpu-plugin into $dir"
-    "$dir/bin/python" -m pip install -q "${args[@]}" -e .
+    echo "--- installing ${*}, hpu-plugin and hpu-emulator into $dir"
+    "$dir/bin/python" -m pip install -q "${args[@]}" -e . -e packages/hpu-emulator
 }

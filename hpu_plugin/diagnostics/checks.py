@@ -138,7 +138,7 @@ def _hlsmi_unanswered(doctor: Doctor, reason: str) -> Finding:
         "hl-smi",
         "warning",
         message,
-        "the emulator's hl-smi is `python -m hpu_plugin.emulation.fake_hlsmi`; it is put on PATH "
+        "the emulator's hl-smi is `python -m hpu_emulator.fake_hlsmi`; it is put on PATH "
         "(under ~/.cache/hpu_plugin) when the emulator starts: check that folder is writable",
     )
 

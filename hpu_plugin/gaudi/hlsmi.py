@@ -1,5 +1,5 @@
 """The real ``hl-smi``'s output: parsing its CSV (plus the formatter the emulator's fake
-tool, ``hpu_plugin.emulation.fake_hlsmi``, prints with). Running the tool is
+tool, ``hpu_emulator.fake_hlsmi``, prints with). Running the tool is
 ``hpu_plugin.machine.query``: ``gaudi/`` stays pure.
 
 The format follows the real tool (Habana "Multiple Dockers" page):

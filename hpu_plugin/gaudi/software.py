@@ -10,10 +10,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-#: The emulator's stand-ins for ``habana_frameworks``; never mistaken for the real package.
-STANDINS = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "emulation", "standins"
-)
+#: The file an emulator's stand-in package carries at its top (``habana_frameworks/``),
+#: so that it is never mistaken for the real package, wherever it is installed.
+STANDIN_MARKER = "HPU_EMULATOR_STANDIN"
 
 #: The torch device type the Gaudi software registers (``torch.hpu``, ``device="hpu"``).
 DEVICE_TYPE = "hpu"
@@ -22,10 +21,17 @@ DEVICE_TYPE = "hpu"
 GAUDI_DISTRIBUTION = "habana-torch-plugin"
 
 
+def is_standin(location: str) -> bool:
+    """Is the package at ``location`` (its directory, or its ``__init__.py``) an emulator's
+    stand-in rather than the real Gaudi software? Stand-ins carry :data:`STANDIN_MARKER`."""
+    directory = location if os.path.isdir(location) else os.path.dirname(location)
+    return os.path.isfile(os.path.join(directory, STANDIN_MARKER))
+
+
 def real_gaudi_installed() -> bool:
     """Is the real ``habana_frameworks`` importable (the emulator's stand-ins do not count)?"""
     spec = importlib.util.find_spec("habana_frameworks")
     if spec is None:
         return False
     locations = list(spec.submodule_search_locations or []) or [spec.origin or ""]
-    return not all(os.path.abspath(path).startswith(STANDINS) for path in locations)
+    return not all(is_standin(path) for path in locations)

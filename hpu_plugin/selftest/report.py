@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
-from hpu_plugin.gaudi.software import STANDINS
+from hpu_plugin.gaudi.software import is_standin
 from hpu_plugin.selftest.runner import Outcome
 
 DOCUMENTED = (
@@ -43,7 +43,8 @@ def versions() -> dict[str, str | None]:
             found[name] = None
             continue
         # the emulator's own habana-torch-plugin (in its stand-ins) is marked as such
-        emulated = os.path.abspath(str(dist.locate_file(""))).startswith(STANDINS)
+        tops = (dist.read_text("top_level.txt") or "").split()
+        emulated = bool(tops) and all(is_standin(str(dist.locate_file(top))) for top in tops)
         found[name] = f"{dist.version} (emulated)" if emulated else dist.version
     return found
 

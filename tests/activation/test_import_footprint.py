@@ -1,7 +1,7 @@
 """What ``import torch`` loads of the plugin: on a machine without Gaudi, the package root only
 (its ``autoload`` answers that case; every further module is about 0.2 ms on every
 ``import torch``); otherwise the root hands over to ``activation``, and with emulation the
-entry point and the ``.pth`` line still start everything."""
+entry point starts everything, the emulator's stand-ins on ``sys.path`` included."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from processes import emulated, run_python, scrubbed
 PROBE = """
 import json, sys
 import torch
-modules = sorted(m for m in sys.modules if m.split(".")[0] == "hpu_plugin")
+modules = sorted(m for m in sys.modules if m.split(".")[0] in ("hpu_plugin", "hpu_emulator"))
 from hpu_plugin import state
 from hpu_plugin.patching import this_process
 print(json.dumps({
@@ -55,10 +55,13 @@ def test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts() -> N
     # What it changed in the process is recorded in the Patches that take it back.
     assert result["exported"] == [
         "os.environ['PT_ENABLE_INT64_SUPPORT']", "os.environ['PT_HPU_LAZY_MODE']"]
-    assert len(result["search_path"]) == 1  # type: ignore[arg-type]
+    # the stand-ins: on sys.path here, and on PYTHONPATH for child processes
+    assert len(result["search_path"]) == 2  # type: ignore[arg-type]
     assert "standins" in result["search_path"][0]  # type: ignore[index]
+    assert "PYTHONPATH" in result["search_path"][1]  # type: ignore[index]
     modules = set(result["modules"])  # type: ignore[arg-type]
-    assert {"hpu_plugin.emulation", "hpu_plugin.hosts", "hpu_plugin.registry"} <= modules
+    assert {"hpu_plugin.emulator", "hpu_emulator", "hpu_plugin.hosts",
+            "hpu_plugin.registry"} <= modules
 
 
 def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
@@ -73,4 +76,4 @@ def test_with_gaudi_software_found_the_full_path_runs(tmp_path) -> None:
     assert (result["status"], result["reason"]) == (
         "skipped", "Gaudi software present, but no device is ready")
     assert {"hpu_plugin.registry", "hpu_plugin.hosts"} <= set(result["modules"])  # type: ignore[arg-type]
-    assert "hpu_plugin.emulation" not in result["modules"]  # type: ignore[operator]
+    assert "hpu_emulator" not in result["modules"]  # type: ignore[operator]

@@ -1,4 +1,5 @@
-"""The interpreter-start ``.pth`` line: stand-ins findable early when emulating, else nothing."""
+"""Interpreter start loads nothing of the plugin; the emulator's stand-ins are findable from
+``import torch`` on (the emulator starts in the backend autoload), and never without it."""
 
 from __future__ import annotations
 
@@ -27,11 +28,17 @@ def test_without_emulation_startup_imports_nothing_of_the_plugin() -> None:
     assert _probe() == {"found": False, "hpu_plugin_loaded": False, "torch_loaded": False}
 
 
-def test_emulation_makes_habana_frameworks_findable_before_torch_is_imported() -> None:
-    # Transformers and Accelerate call find_spec("habana_frameworks") before importing torch.
-    result = _probe(HPU_PLUGIN_EMULATE="1")
-    assert result["found"] is True
-    assert result["torch_loaded"] is False
+def test_emulation_starts_nothing_before_torch_is_imported() -> None:
+    # No interpreter-start hook: the stand-ins join sys.path when import torch starts the
+    # emulator (test_with_emulation_the_entry_point_starts_the_emulator_and_the_hosts).
+    assert _probe(HPU_PLUGIN_EMULATE="1") == {
+        "found": False, "hpu_plugin_loaded": False, "torch_loaded": False}
+
+
+def test_emulation_makes_habana_frameworks_findable_from_import_torch_on() -> None:
+    probe = "import torch\n" + PROBE
+    out = run_python(probe, scrubbed(HPU_PLUGIN_EMULATE="1"), timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1])["found"] is True
 
 
 def test_emulation_switched_off_by_zero() -> None:
@@ -60,7 +67,7 @@ def _hosts_probe(tmp_path, **env: str) -> dict[str, object]:
 
 
 def test_disabled_plugin_with_emulation_requested_leaves_the_hosts_on_cpu(tmp_path) -> None:
-    # The .pth must not put the stand-ins on the path when the whole plugin is off, or
+    # The stand-ins must not be on the path when the whole plugin is off, or
     # Transformers and Accelerate would find "habana_frameworks" and take Gaudi branches.
     result = _hosts_probe(tmp_path, HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_DISABLE="1")
     assert result == {"found": False, "transformers": False, "accelerate": False, "device": "cpu"}
@@ -93,7 +100,7 @@ def test_gaudi_software_initialised_before_the_plugin_is_reported(tmp_path) -> N
 
 HALF_STARTED = """
 import json, os, sys
-from hpu_plugin.emulation import startup
+from hpu_emulator import startup
 from hpu_plugin.registry import Registry
 def fail(*args):
     raise RuntimeError("no room for hl-smi")
@@ -127,3 +134,18 @@ def test_an_activation_failing_half_way_takes_back_its_changes(where: str) -> No
         "status": "failed", "seed_is_ours": False, "path_same": True, "hosts": False,
         "found": where == "hosts"}, out.stderr[-3000:]
     assert "no room for hl-smi" in out.stderr
+
+
+def test_emulation_without_the_emulator_installed_names_the_fix(tmp_path) -> None:
+    # import torch still works; the plugin is off and says how to get the emulator
+    script = """
+import json, sys
+sys.modules["hpu_emulator"] = None  # as if hpu-emulator were not installed
+import torch
+from hpu_plugin import state
+print(json.dumps({"status": state["status"], "hpu": hasattr(torch, "hpu")}))
+"""
+    out = run_python(script, scrubbed(HPU_PLUGIN_EMULATE="1"), timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"status": "failed", "hpu": False}
+    assert "pip install 'hpu-plugin[emulator]'" in out.stderr

@@ -46,7 +46,7 @@ def run_script(
 @pytest.fixture(scope="session")
 def emulator_built() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "hpu_plugin.emulation", "build"],
+        [sys.executable, "-m", "hpu_emulator", "build"],
         env=script_env(emulate=None),
         capture_output=True,
         text=True,

@@ -90,7 +90,7 @@ row = [line for line in listed.splitlines() if line.startswith("habana-torch-plu
 print(version, row[0].split()[-1] if row else None)
 """
     emulated = run("import torch\n" + show).stdout.split()  # as a user's script runs
-    from hpu_plugin.emulation.fake_hlsmi import SOFTWARE_VERSION
+    from hpu_emulator.fake_hlsmi import SOFTWARE_VERSION
 
     assert emulated[0] == emulated[1] and emulated[0].startswith(SOFTWARE_VERSION + "."), emulated
     assert run(show, emulate=None).stdout.split() == ["None", "None"]  # no torch needed

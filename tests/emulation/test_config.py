@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpu_plugin.emulation import config
-from hpu_plugin.emulation.errors import EmulationError
+from hpu_emulator import config
+from hpu_emulator.errors import EmulationError
 
 GIB = 1024**3
 
@@ -127,7 +127,7 @@ def test_int64_and_fp16_support_follow_mode_and_generation():
 def test_hlsmi_prints_what_the_plugin_parses_back(key, capsys, monkeypatch):
     """The emulator's hl-smi goes through gaudi/'s formatter, and its product name maps back
     to the generation the emulator claims to be."""
-    from hpu_plugin.emulation import fake_hlsmi as emulated
+    from hpu_emulator import fake_hlsmi as emulated
     from hpu_plugin.gaudi import hlsmi
     from hpu_plugin.gaudi.generations import generation_from_name
 

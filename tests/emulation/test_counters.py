@@ -6,7 +6,7 @@ from processes import result_of
 
 SCRIPT = """
 import json, torch
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 a = torch.ones(4, 4).to("hpu")          # a copy to the device: no launch, no sync
 b = torch.ones(4, 4, device="hpu")      # a fill: one launch

@@ -11,7 +11,7 @@ import json, os
 from transformers import (BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Trainer,
                           TrainingArguments)
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, max_position_embeddings=64, pad_token_id=0)
@@ -86,7 +86,7 @@ OPTIMIZERS = r"""
 import json, os
 import torch
 from accelerate import Accelerator
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 def run(make, fast, clip):
     os.environ["HPU_PLUGIN_FAST"] = fast
@@ -145,7 +145,7 @@ FP16 = r"""
 import json, os
 import torch
 from accelerate import Accelerator
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 def run(fused, fast):
     os.environ["HPU_PLUGIN_FAST"] = fast

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpu_plugin.emulation.hccl import check_module_group
+from hpu_emulator.hccl import check_module_group
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCaus
                           Qwen2Config, Qwen2ForCausalLM, pipeline)
 from transformers.generation.configuration_utils import CompileConfig
 from tokenizers import Tokenizer, models, pre_tokenizers
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
@@ -251,7 +251,7 @@ LAZY = r"""
 import os
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 torch.manual_seed(0)
 model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,

@@ -244,7 +244,7 @@ def test_standins_are_findable_and_behave_like_the_real_modules(run):
 def test_without_the_switch_nothing_of_the_emulator_loads(run):
     run("""
         import importlib.util, sys, torch
-        loaded = [m for m in sys.modules if m.startswith("hpu_plugin.emulation")]
+        loaded = [m for m in sys.modules if m.startswith("hpu_emulator")]
         assert not loaded, loaded
         assert not hasattr(torch, "hpu")
         assert importlib.util.find_spec("habana_frameworks") is None
@@ -277,7 +277,7 @@ def test_emulation_beside_real_gaudi_software_is_refused(run, tmp_path):
     (fake / "torch" / "__init__.py").write_text("")
     out = run("""
         import sys, torch
-        assert not any(m.startswith("hpu_plugin.emulation") for m in sys.modules)
+        assert not any(m.startswith("hpu_emulator") for m in sys.modules)
         assert not hasattr(torch, "hpu")
         print("imported")
     """, {"PYTHONPATH": str(tmp_path / "site")})
@@ -305,7 +305,7 @@ def test_hl_smi_prints_like_the_real_tool_and_is_on_path_for_children(run):
     """, {"HPU_PLUGIN_EMULATE_MODULES": "5,4,7,6", "HPU_PLUGIN_EMULATE_DEVICES": "4"})
     assert out.stdout == "index, module_id\n0, 5\n1, 4\n2, 7\n3, 6\n"
     direct = run("", {"HPU_PLUGIN_EMULATE_DEVICES": "2"},
-                 args=[__import__("sys").executable, "-m", "hpu_plugin.emulation.fake_hlsmi",
+                 args=[__import__("sys").executable, "-m", "hpu_emulator.fake_hlsmi",
                        "-Q", "index,module_id", "-f", "csv,noheader"])
     assert direct.stdout == "0, 0\n1, 1\n"
 
@@ -328,7 +328,7 @@ def test_the_emulators_patches_are_recorded_reversible_and_hook_through_one_find
         assert len(finders) == 1, sys.meta_path
         compiled = torch.compile(lambda x: x + 1, backend="hpu_backend")
         assert compiled(torch.ones(2, device="hpu")).cpu().tolist() == [2.0, 2.0]
-        from hpu_plugin.emulation import runtime
+        from hpu_emulator import runtime
         assert runtime.patches.made[:2] == ["torch.manual_seed", "torch.random.manual_seed"]
         assert any("PATH" in made for made in runtime.patches.made), runtime.patches.made
         seeded, path = torch.manual_seed, os.environ["PATH"]

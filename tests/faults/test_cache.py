@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from hpu_plugin.emulation import build, cache
-from hpu_plugin.emulation.errors import EmulationError
+from hpu_emulator import build, cache
+from hpu_emulator.errors import EmulationError
 
 from .conftest import environ, run
 
@@ -130,7 +130,7 @@ def test_a_damaged_build_is_rebuilt_and_never_mapped(cached, sound_library, dama
 HOLDER = """
 import sys, time
 from pathlib import Path
-from hpu_plugin.emulation import cache
+from hpu_emulator import cache
 with cache.locked(Path(sys.argv[1]), exclusive=True):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -195,7 +195,7 @@ def test_import_torch_survives_a_truncated_cache_it_cannot_rebuild(tmp_path, sou
     ``import torch`` works, the message names CXX, the plugin is off, and it exported
     nothing (no Gaudi defaults left behind)."""
     env = environ(HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_CACHE_DIR=str(tmp_path), CXX="false")
-    directory = Path(run("from hpu_plugin.emulation import build; print(build.build_dir())",
+    directory = Path(run("from hpu_emulator import build; print(build.build_dir())",
                          env).stdout.strip())
     directory.parent.mkdir(parents=True)
     staging = cache.staging_dir(directory)

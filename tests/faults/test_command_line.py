@@ -125,7 +125,7 @@ def test_selftest_interrupted_stops_its_check_and_workers(tmp_path, sig):
 def test_an_interrupted_first_build_leaves_no_compiler_and_no_staging(tmp_path, sig):
     marker = uuid.uuid4().hex
     env = scrubbed(HPU_PLUGIN_CACHE_DIR=str(tmp_path / "cache"), I24_MARKER=marker)
-    proc = subprocess.Popen([sys.executable, "-m", "hpu_plugin.emulation", "build"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "hpu_emulator", "build"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=_default_interrupt)
     try:  # the compiler proper is running
@@ -151,7 +151,7 @@ def test_a_full_disk_during_the_build_names_the_space(tmp_path):
                     "device\" >&2\nexit 1\n")
     fake.chmod(0o755)
     env = scrubbed(HPU_PLUGIN_CACHE_DIR=str(tmp_path / "cache"), CXX=str(fake))
-    done = subprocess.run([sys.executable, "-m", "hpu_plugin.emulation", "build"], env=env,
+    done = subprocess.run([sys.executable, "-m", "hpu_emulator", "build"], env=env,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "ran out of disk space" in done.stderr and str(tmp_path / "cache") in done.stderr

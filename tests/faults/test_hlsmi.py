@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from hpu_emulator.fake_hlsmi import shim_text
 from hpu_plugin import machine
-from hpu_plugin.emulation.fake_hlsmi import shim_text
 
 from .conftest import environ, run
 

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hpu_emulator import config
+from hpu_emulator.errors import EmulationError
 from hpu_plugin import settings
-from hpu_plugin.emulation import config
-from hpu_plugin.emulation.errors import EmulationError
 from hpu_plugin.errors import SettingError
 from hpu_plugin.registry import Selection
 
@@ -179,8 +179,8 @@ def test_non_ascii_or_odd_device_counts_are_refused(raw):
 
 
 def test_the_word_sets_have_one_home():
-    """The registry, activation, the emulator's configuration, the plugins and the .pth read
-    the switch words from settings: no other copy of them is left in the package. (A set
+    """The registry, activation, the emulator's configuration and the plugins read the switch
+    words from settings: no other copy of them is left in the package. (A set
     that models another program's parser, such as the Gaudi bridge's, is not a copy.)"""
     import ast
     from pathlib import Path
@@ -201,7 +201,6 @@ def test_the_word_sets_have_one_home():
                 if words in ours:
                     copies.append(f"{path.relative_to(root)}:{node.lineno}")
     assert copies == [], copies
-    assert '"off"' not in (root / "hpu_plugin.pth").read_text()
 
 
 HUGE = "a;" * 50_000  # 100 kB: a pasted file, a runaway script

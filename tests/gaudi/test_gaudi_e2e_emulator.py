@@ -1,7 +1,7 @@
 """The Gaudi rules end to end on the emulator: a user's unchanged script under ``torchrun``
 and ``accelerate launch`` gets the documented error before training starts, or runs.
 
-Needs the emulator (``hpu_plugin.emulation``) and the host adapters (``hpu_plugin.hosts``);
+Needs the emulator (``hpu_emulator``) and the host adapters (``hpu_plugin.hosts``);
 the ``emulator`` fixture fails first, with the reason, when the emulator cannot start.
 """
 

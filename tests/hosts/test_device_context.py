@@ -184,8 +184,8 @@ def test_the_emulated_bridge_is_a_release_with_the_fault():
     """The emulator keeps the fault, so its bridge's release is one the gate adapts."""
     from importlib import metadata
 
-    from hpu_plugin.gaudi.software import STANDINS
+    from hpu_emulator.runtime import STANDINS
 
-    found = list(metadata.distributions(name="habana-torch-plugin", path=[STANDINS]))
+    found = list(metadata.distributions(name="habana-torch-plugin", path=[str(STANDINS)]))
     assert found
     assert torch_adapter.bridge_has_device_exit_fault(found[0].version)

@@ -21,7 +21,7 @@ import transformers.models.llama.modeling_llama as llama
 import transformers.models.phi3.modeling_phi3 as phi3
 import transformers.models.qwen2.modeling_qwen2 as qwen2
 from hpu_plugin import hosts
-from hpu_plugin.emulation import counters
+from hpu_emulator import counters
 
 OWN = {m: m.apply_rotary_pos_emb for m in (llama, qwen2, phi3)}
 SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

@@ -61,7 +61,7 @@ LOOP = """
     import json, os
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-    from hpu_plugin.emulation import counters
+    from hpu_emulator import counters
     from hpu_plugin.hosts import decoding_loop
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,

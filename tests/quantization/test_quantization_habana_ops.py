@@ -22,7 +22,7 @@ from bitsandbytes.backends.utils import _get_4bit_code
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hpu_plugin.emulation import habana_ops
+from hpu_emulator import habana_ops
 
 BLOCKSIZES = (32, 64, 128, 256)
 
@@ -148,7 +148,7 @@ REGISTERED_SCRIPT = textwrap.dedent(
     """
     import math, torch
     import bitsandbytes.functional as F
-    from hpu_plugin.emulation import habana_ops
+    from hpu_emulator import habana_ops
     assert habana_ops.register() and habana_ops.register()  # idempotent
     # bitsandbytes' real HPU kernel for dequantize_4bit, reached through the dispatcher's
     # HPU key with CPU tensors: it checks its arguments, swaps nibbles for old Gaudi
@@ -216,7 +216,7 @@ def test_register_leaves_an_existing_definition_alone():
         lib = torch.library.Library("hpu", "FRAGMENT")
         lib.define("dequantize_nf4(Tensor input, Tensor absmax, SymInt blocksize, "
                    "int[] out_shape, ScalarType out_dtype) -> Tensor")
-        from hpu_plugin.emulation import habana_ops
+        from hpu_emulator import habana_ops
         assert habana_ops.register() is False
         """
     )

@@ -51,7 +51,7 @@ def full_run(tmp_path_factory) -> tuple[int, dict]:
 
 
 #: The emulator's model of the Gaudi metrics API (habana_frameworks.torch.hpu.metrics).
-EMULATED_METRICS = importlib.util.find_spec("hpu_plugin.emulation.metrics") is not None
+EMULATED_METRICS = importlib.util.find_spec("hpu_emulator.metrics") is not None
 
 
 def test_every_check_passes_on_the_emulator(full_run):

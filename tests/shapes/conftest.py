@@ -42,7 +42,7 @@ def run_script(script: str, extra_env: Mapping[str, str] | None = None) -> str:
 
 @pytest.fixture(scope="session")
 def run() -> Callable[..., str]:
-    build = subprocess.run([sys.executable, "-m", "hpu_plugin.emulation", "build"],
+    build = subprocess.run([sys.executable, "-m", "hpu_emulator", "build"],
                            env=_env({"HPU_PLUGIN_EMULATE": ""}), capture_output=True, text=True,
                            timeout=900)
     if build.returncode != 0:

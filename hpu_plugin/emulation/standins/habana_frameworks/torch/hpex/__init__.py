@@ -1,2 +1,0 @@
-"""Stand-in for ``habana_frameworks.torch.hpex``: Gaudi's fused kernels, normalizations and
-optimizers, over the emulated ``torch.ops.hpu`` ops (``hpu_plugin.emulation.kernels``)."""

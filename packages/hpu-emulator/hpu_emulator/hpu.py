@@ -1,0 +1,600 @@
+"""``torch.hpu`` of the emulated Gaudi: the public API of ``habana_frameworks.torch.hpu``.
+
+Semantics follow the real module: ``is_available`` never raises, RNG state
+exists for device 0 only, ``manual_seed_all`` is ``manual_seed``, memory statistics are the
+allocator's ``InUse``/``MaxInUse``/``Limit``, there is no ``empty_cache``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from hpu_emulator import runtime
+from hpu_plugin import settings
+from hpu_plugin.gaudi import visibility
+from hpu_plugin.gaudi.generations import Generation, generation_from_name
+from hpu_plugin.gaudi.visibility import MAX_DEVICES
+from hpu_plugin.patching import Patches, original_of, ours
+
+_initialized = False
+_autocast_dtype = torch.bfloat16
+
+
+def _ext() -> Any:
+    return runtime.extension()
+
+
+def _index(device: Any = None) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "hpu":
+            raise ValueError(f"expected an hpu device, got {device}")
+        return current_device() if device.index is None else device.index
+    raise TypeError(f"not a device: {device!r}")
+
+
+# ------------------------------------------------------------------ core
+
+
+def init() -> None:
+    """As the real ``init``, acquires the device: from here on the module is fixed."""
+    global _initialized
+    if _initialized:
+        return
+    runtime.acquired_module()
+    _initialized = True
+    with contextlib.suppress(Exception):
+        import torch.utils.checkpoint as checkpoint
+
+        checkpoint.DefaultDeviceType.set_device_type("hpu")
+
+
+def is_initialized() -> bool:
+    return _initialized
+
+
+def _lazy_init() -> None:
+    if not _initialized:
+        init()
+
+
+def is_available() -> bool:
+    try:
+        return runtime.started() and _ext().device_count() > 0
+    except Exception:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def device_count() -> int:
+    return int(_ext().device_count()) if runtime.started() else 0
+
+
+def current_device() -> int:
+    init()
+    return int(_ext().current_device())
+
+
+def _check_index(index: int) -> int:
+    """The real module's range check of an index argument (its text)."""
+    if index < 0 or index >= device_count():
+        raise AssertionError("Invalid device id")
+    return index
+
+
+def set_device(device: Any) -> None:
+    """As the real one: map the index to a module id and set
+    ``HLS_MODULE_ID``, which chooses the module the process acquires if it has not yet; the
+    current device stays hpu:0, the only device a process drives."""
+    index = _index(device)
+    raw = os.environ.get(visibility.MODULES)
+    available = visibility.parse_visible_modules(raw or None) or tuple(range(MAX_DEVICES))
+    if index not in available and index > len(available):
+        raise AssertionError(
+            f"Trying to open device with idx={index} when only {list(available)} are "
+            "avaliable)"  # sic, the real text
+        )
+    current = visibility.parse_module_id(os.environ.get(visibility.MODULE_ID) or None)
+    if current is not None:
+        for position in range(min(device_count(), len(available))):
+            if available[position] == current:
+                index = position
+                break
+        requested = available[index] if index < len(available) else index
+        assert requested == current, (
+            f"Requested module_id={requested} is different from current_module_id={current} "
+            "which was previously set."
+        )
+    elif raw is None and device_count() < MAX_DEVICES:
+        # Without either variable the module is acquired by type: only index 0 means anything.
+        assert index == 0, (
+            f"As {visibility.MODULES} is not provided, the only supported device idx is 0."
+        )
+    else:
+        runtime.fix_acquisition_if_device_used()
+        os.environ[visibility.MODULE_ID] = str(available[index])
+    set_device.current_device_idx = index  # type: ignore[attr-defined]
+
+
+set_device.current_device_idx = -1  # type: ignore[attr-defined]
+
+
+def get_device_name(device: Any = None) -> str:
+    if not is_available():
+        warnings.warn("Device not available", stacklevel=2)
+        return ""
+    init()
+    _check_index(_index(device))
+    return runtime.current_config().device_name
+
+
+def get_device_capability(device: Any = None) -> tuple[int, int]:
+    return (_generation().number, 0)
+
+
+def _generation() -> Generation:
+    found = generation_from_name(runtime.current_config().device_name)
+    assert found is not None
+    return found
+
+
+@dataclass(frozen=True)
+class _DeviceProperties:
+    name: str
+    total_memory: int
+    module_id: int
+
+    def __repr__(self) -> str:
+        return (
+            f"_HpuDeviceProperties(name='{self.name}', total_memory="
+            f"{self.total_memory // (1024 * 1024)}MB, module_id={self.module_id})"
+        )
+
+
+def get_device_properties(device: Any = None) -> _DeviceProperties:
+    """Of the acquired device, whatever the (valid) index: it is the only one in play."""
+    init()
+    _check_index(_index(device))
+    cfg = runtime.current_config()
+    return _DeviceProperties(cfg.device_name, cfg.memory, runtime.acquired_module())
+
+
+def get_arch_list() -> list[str]:
+    """The real one lists the device name (``["GAUDI2"]``)."""
+    return [get_device_name()]
+
+
+def can_device_access_peer(device: Any, peer_device: Any) -> bool:
+    return False
+
+
+def synchronize(device: Any = None) -> None:
+    """Work is synchronous on the emulator; counted, as the host waits here on Gaudi."""
+    from hpu_emulator import counters
+
+    counters.count("synchronize_calls")
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return is_available()
+
+
+def _module_id_from_environ() -> int:
+    raw = os.environ.get(visibility.MODULE_ID, "")
+    try:  # acquisition has refused a bad value already; -1 is "none", as the bridge says
+        return settings.rank(visibility.MODULE_ID, raw) if raw.strip() else -1
+    except settings.SettingError:
+        return -1
+
+
+class device:
+    """As the real context manager: index 0 or the acquired module's id, nothing else (a
+    process drives one device); entering selects that module with :func:`set_device`."""
+
+    def __init__(self, device: Any) -> None:
+        index = -1 if device is None else _index(device)
+        module = _module_id_from_environ()
+        if index not in (-1, 0) and index != module:
+            raise AssertionError(
+                f"Requested device_id={index} is different from env_device_id={module}"
+            )
+        self.idx = module
+        self.prev_idx = -1
+
+    def __enter__(self) -> None:
+        self.prev_idx = set_device.current_device_idx  # type: ignore[attr-defined]
+        if self.idx != -1 and self.idx != self.prev_idx:
+            set_device(self.idx)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.prev_idx not in (-1, self.idx):
+            set_device(self.idx)
+
+
+class device_of(device):
+    def __init__(self, obj: Any) -> None:
+        super().__init__(obj.get_device() if obj.is_hpu else None)
+
+
+# ------------------------------------------------------------------ streams and events
+
+
+class Stream(torch.Stream):
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
+        return super().__new__(cls, device=torch.device("hpu", _index(device)), priority=priority)
+
+
+class Event(torch.Event):
+    def __new__(cls, enable_timing: bool = False, **kwargs: Any) -> Event:
+        return super().__new__(cls, device=torch.device("hpu", current_device()))
+
+
+def current_stream(device: Any = None) -> torch.Stream:
+    return torch.Stream(device=torch.device("hpu", _index(device)))
+
+
+default_stream = current_stream
+
+
+@contextlib.contextmanager
+def stream(stream: Any) -> Iterator[None]:
+    yield
+
+
+def set_stream(stream: Any) -> None:
+    """A single synchronous stream per device."""
+
+
+# ------------------------------------------------------------------ memory
+
+
+def memory_stats(device: Any = None) -> dict[str, int]:
+    """Any valid index answers for the acquired device, as on hardware (the real binding
+    ignores the index), so ``mem_get_info(i)`` for every ``i < device_count()`` works."""
+    init()
+    _check_index(_index(device))
+    return dict(_ext().memory_stats(0))
+
+
+def memory_allocated(device: Any = None) -> int:
+    return int(memory_stats(device)["InUse"])
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return int(memory_stats(device)["MaxInUse"])
+
+
+def memory_reserved(device: Any = None) -> int:
+    """The stack reserves all device memory up front."""
+    return int(memory_stats(device)["Limit"])
+
+
+max_memory_reserved = memory_reserved
+memory_cached = memory_reserved
+max_memory_cached = memory_reserved
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _check_index(_index(device))
+    _ext().reset_peak_memory_stats(0)
+
+
+def reset_max_memory_allocated(device: Any = None) -> None:
+    reset_peak_memory_stats(device)
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _check_index(_index(device))
+    _ext().reset_accumulated_memory_stats(0)
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    stats = memory_stats(device)
+    return max(0, stats["Limit"] - stats["InUse"]), stats["Limit"]
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    stats = memory_stats(device)
+    rows = [f"{key:>16}: {value}" for key, value in stats.items()]
+    return f"HPU memory summary, device {_index(device)}\n" + "\n".join(rows)
+
+
+def memory_usage(device: Any = None) -> int:
+    stats = memory_stats(device)
+    return round(100 * stats["InUse"] / stats["Limit"]) if stats["Limit"] else 0
+
+
+def utilization(device: Any = None) -> int:
+    raise RuntimeError("utilization() needs pyhlml, which the Gaudi emulator does not provide")
+
+
+# ------------------------------------------------------------------ random
+
+
+def _generator(index: int = 0) -> torch.Generator:
+    return _ext().default_generator(index)
+
+
+default_generators: tuple[torch.Generator, ...] = ()
+
+
+def _check_rng_device(device: Any) -> int:
+    index = _index(device)
+    if index != 0:
+        raise ValueError(
+            f"RNG state is only available for device 0 (hpu:0), not hpu:{index}: "
+            "a Gaudi process owns one device"
+        )
+    return index
+
+
+def get_rng_state(device: Any = "hpu") -> torch.Tensor:
+    return _generator(_check_rng_device(device)).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device: Any = "hpu") -> None:
+    _generator(_check_rng_device(device)).set_state(new_state.clone())
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    return [get_rng_state(0)]
+
+
+def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
+    if len(new_states) != 1:
+        raise ValueError(f"expected a list of one RNG state (device 0), got {len(new_states)}")
+    set_rng_state(new_states[0], 0)
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the one generator a process has: that of its device, hpu:0."""
+    _generator(0).manual_seed(int(seed))
+
+
+manual_seed_all = manual_seed
+
+
+def seed() -> None:
+    _generator(0).seed()
+
+
+seed_all = seed
+
+
+def initial_seed() -> int:
+    return int(_generator(0).initial_seed())
+
+
+def _wrap_torch_manual_seed(patches: Patches) -> None:
+    """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators.
+
+    Through ``patches`` (the emulator's), so the change is recorded and undone like the
+    host adapters'; a ``torch.manual_seed`` that is already ours is left alone.
+    """
+    global default_generators
+    default_generators = (_generator(0),)
+    random.default_generators = default_generators  # DeepSpeed reads it there
+    original = original_of(torch, "manual_seed", "torch", "emulator seeding", "manual_seed")
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def seeded(seed: int) -> torch.Generator:
+        result = original(seed)
+        manual_seed(seed)
+        return result
+
+    patches.set(torch, "manual_seed", ours(seeded))
+    patches.set(torch.random, "manual_seed", seeded)
+
+
+# ------------------------------------------------------------------ autocast
+
+
+def is_autocast_enabled() -> bool:
+    return torch.is_autocast_enabled("hpu")
+
+
+def get_autocast_dtype() -> torch.dtype:
+    return torch.get_autocast_dtype("hpu")
+
+
+get_autocast_hpu_dtype = get_autocast_dtype
+
+
+def set_autocast_dtype(dtype: torch.dtype) -> None:
+    torch.set_autocast_dtype("hpu", dtype)
+
+
+#: Whether ``hpex.kernels.FusedSDPA`` uses its recompute variant when ``recompute_mode`` is
+#: None: on by default, as in the bridge's runtime configuration.
+_recompute_sdp = [True]
+
+
+def enable_recompute_sdp(enabled: bool) -> None:
+    _recompute_sdp[0] = bool(enabled)
+
+
+def recompute_sdp_enabled() -> bool:
+    return _recompute_sdp[0]
+
+
+set_autocast_hpu_dtype = set_autocast_dtype
+
+
+def is_autocast_hpu_enabled() -> bool:
+    """The bridge's name for whether HPU autocast is on (``wrap_in_hpu_graph`` keys its
+    graphs on it)."""
+    return torch.is_autocast_enabled("hpu")
+
+
+def set_autocast_hpu_enabled(enabled: bool) -> None:
+    torch.set_autocast_enabled("hpu", bool(enabled))
+
+
+@contextlib.contextmanager
+def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict[str, Any]]:
+    """Selects FusedSDPA's recompute variant inside the block, restoring the setting after."""
+    before = recompute_sdp_enabled()
+    try:
+        enable_recompute_sdp(enable_recompute)
+        yield {}
+    finally:
+        enable_recompute_sdp(before)
+
+
+# ------------------------------------------------------------------ lazy-mode shims
+
+
+def enable_dynamic_shape() -> None:
+    """Dynamic shapes need no switch in eager mode."""
+
+
+def disable_dynamic_shape() -> None:
+    """Dynamic shapes need no switch in eager mode."""
+
+
+def get_dynamic_shape_status() -> bool:
+    return True
+
+
+_switches = {"inference_mode": False, "matmul3d_2d_reshape": False}
+
+
+def enable_inference_mode() -> None:
+    """The bridge's inference switch (``core.hpu_set_env`` turns it on): it lets the graph
+    compiler treat weights as constants; results do not change, so the emulator only keeps it."""
+    _switches["inference_mode"] = True
+
+
+def disable_inference_mode() -> None:
+    _switches["inference_mode"] = False
+
+
+def enable_matmul3d_2d_reshape() -> None:
+    """A graph-compiler layout switch of the bridge; no effect on results."""
+    _switches["matmul3d_2d_reshape"] = True
+
+
+def disable_matmul3d_2d_reshape() -> None:
+    _switches["matmul3d_2d_reshape"] = False
+
+
+def fallback_calls() -> int:
+    """Emulator only: how many ops the zero-copy CPU fallback has run (for benchmarks)."""
+    return int(_ext().fallback_calls())
+
+
+# ------------------------------------------------------------------ typed tensor aliases
+
+
+def _tensor_alias(name: str, dtype: torch.dtype) -> type[torch.Tensor]:
+    """``torch.hpu.FloatTensor`` and friends: legacy constructors fixed to ``hpu`` and one
+    dtype, refusing another device or dtype with the real module's wording."""
+
+    def __new__(cls: type[torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
+        asked = kwargs.get("device")
+        if asked is not None and torch.device(asked).type != "hpu":
+            raise RuntimeError(
+                f"legacy constructor expects device type: hpu but device type: {asked} was "
+                "passed"
+            )
+        asked_dtype = kwargs.get("dtype")
+        if asked_dtype is not None and asked_dtype != dtype:
+            raise RuntimeError(
+                f"legacy constructor expects dtype: {dtype} but dtype: {asked_dtype} was passed"
+            )
+        kwargs.update(device="hpu", dtype=dtype)
+        return torch.Tensor._make_subclass(cls, torch.tensor(*args, **kwargs))
+
+    return type(name, (torch.Tensor,), {"__new__": __new__, "__module__": __name__})
+
+
+BFloat16Tensor = _tensor_alias("BFloat16Tensor", torch.bfloat16)
+BoolTensor = _tensor_alias("BoolTensor", torch.bool)
+ByteTensor = _tensor_alias("ByteTensor", torch.uint8)
+CharTensor = _tensor_alias("CharTensor", torch.int8)
+DoubleTensor = _tensor_alias("DoubleTensor", torch.float64)
+FloatTensor = _tensor_alias("FloatTensor", torch.float32)
+HalfTensor = _tensor_alias("HalfTensor", torch.float16)
+IntTensor = _tensor_alias("IntTensor", torch.int32)
+LongTensor = _tensor_alias("LongTensor", torch.int64)
+ShortTensor = _tensor_alias("ShortTensor", torch.int16)
+
+
+# ------------------------------------------------------------------ submodules
+
+
+def _submodule(name: str, members: tuple[str, ...]) -> ModuleType:
+    """``torch.hpu.random`` / ``torch.hpu.memory``, as the real package lays them out."""
+    module = ModuleType(f"{__name__}.{name}")
+    module.__doc__ = f"torch.hpu.{name} of the Gaudi emulator"
+    for member in members:
+        setattr(module, member, globals()[member])
+    sys.modules[f"torch.hpu.{name}"] = module
+    sys.modules[f"habana_frameworks.torch.hpu.{name}"] = module
+    return module
+
+
+random = _submodule(
+    "random",
+    ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+     "default_generators"),
+)
+memory = _submodule(
+    "memory",
+    ("memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+     "mem_get_info", "memory_summary"),
+)
+
+
+def _metrics_module() -> ModuleType:
+    """``torch.hpu.metrics``: the real metrics API (``metrics.py``), also re-exported here
+    as the real package does (``from .metrics import *``)."""
+    from hpu_emulator import metrics as module
+
+    sys.modules["torch.hpu.metrics"] = module
+    sys.modules["habana_frameworks.torch.hpu.metrics"] = module
+    return module
+
+
+metrics = _metrics_module()
+
+
+def _graphs_module() -> ModuleType:
+    """``torch.hpu.graphs``: HPU graphs (``graphs.py``), importable in either mode as the
+    real module is; their names join ``torch.hpu`` only in lazy mode, as the real package
+    star-imports them only when ``is_lazy()``."""
+    from hpu_emulator import graphs as module
+    from hpu_emulator import lazy
+
+    sys.modules["torch.hpu.graphs"] = module
+    sys.modules["habana_frameworks.torch.hpu.graphs"] = module
+    if lazy.is_lazy():
+        for name, value in module.public_names():
+            globals()[name] = value
+    return module
+
+
+graphs = _graphs_module()
+metric_global = metrics.metric_global
+metric_localcontext = metrics.metric_localcontext
+metrics_dump = metrics.metrics_dump
+MetricNotFound = metrics.MetricNotFound

@@ -1,0 +1,237 @@
+"""The Gaudi bridge's custom ops (``torch.ops.hpu.*``) that the ``hpex`` kernels and host
+libraries call, as CPU reference implementations for the emulated device.
+
+On Gaudi these are TPC/MME kernels registered by the bridge under the ``hpu`` namespace for
+the HPU dispatch key only (a CPU tensor is refused); ``hpex.kernels.FusedSDPA``,
+``hpex.normalization.FusedRMSNorm``/``FusedClipNorm``, ``hpex.optimizers.FusedAdamW``/
+``FusedSGD``, the rotary helpers, DeepSpeed's HPU FusedAdam and optimum-habana's MoE layers
+call them. Here each is the formula of the bridge's documentation or eager reference,
+written with ordinary torch ops in float32 (one module per family), registered with the
+bridge's schema for the HPU key, with a fake (meta) kernel so that ``torch.compile`` traces
+through them. Like the bridge, the ops have no autograd formula of their own: the ``hpex``
+autograd functions pair each forward op with its backward op.
+
+Registration happens once, at emulator start, and never when the real bridge defined the ops.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from hpu_emulator import ops
+from hpu_emulator.kernels import (
+    attention,
+    ctc,
+    fp8,
+    moe,
+    normalization,
+    optimizers,
+    rotary,
+)
+
+NAMESPACE = ops.NAMESPACE
+
+
+def _like(t: torch.Tensor, shape: Any = None, dtype: torch.dtype | None = None) -> torch.Tensor:
+    return t.new_empty(t.shape if shape is None else shape, dtype=dtype or t.dtype)
+
+
+def _sdpa_batch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[int]:
+    return list(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+
+
+def _fake_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, p: float,
+                   *rest: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    batch = _sdpa_batch(q, k, v)
+    qkt = [*batch, q.shape[-2], k.shape[-2]]
+    return (_like(q, [*batch, q.shape[-2], v.shape[-1]]), _like(q, qkt),
+            _like(q, qkt if p > 0 else [1], torch.int8))
+
+
+def _fake_sdpa_recomp_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
+                          p: float, scale: float, is_causal: bool, requires_backward: bool,
+                          softmax_mode: str, *rest: Any) -> tuple[torch.Tensor, ...]:
+    batch = _sdpa_batch(q, k, v)
+    out = _like(q, [*batch, q.shape[-2], v.shape[-1]])
+    seed = _like(q, [1], torch.int32)
+    if not requires_backward:
+        return out, _like(q, [1]), _like(q, [1], torch.float32), seed
+    stats = [*batch, q.shape[-2], 1]
+    fast_bf16 = softmax_mode.lower() == "fast" and q.dtype == torch.bfloat16
+    return (out, _like(q, stats),
+            _like(q, stats, torch.bfloat16 if fast_bf16 else torch.float32), seed)
+
+
+def _fake_sdpa_bwd(grad: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   *rest: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _like(q), _like(k), _like(v)
+
+
+def _fake_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    dtype = x.dtype if x.dtype == gamma.dtype else torch.float32
+    return _like(x, dtype=dtype), _like(x, [*list(x.shape[:-1]), 1], dtype)
+
+
+def _fake_rms_norm_backward(grad: torch.Tensor, x: torch.Tensor, gamma: torch.Tensor,
+                            *rest: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return _like(x), _like(gamma)
+
+
+def _fake_first(first: torch.Tensor, *rest: Any) -> torch.Tensor:
+    return _like(first)
+
+
+def _fake_first_arg_of(index: int) -> Callable[..., torch.Tensor]:
+    def fake(*args: Any) -> torch.Tensor:
+        return _like(args[index])
+
+    return fake
+
+
+def _fake_none(*args: Any) -> None:
+    return None
+
+
+def _fake_clip_norm(grad: list[torch.Tensor], max_norm: torch.Tensor, norm_type: float
+                    ) -> torch.Tensor:
+    return _like(grad[-1])
+
+
+def _fake_cast_to_fp8(input: torch.Tensor, scale: Any = None, stochastic: bool = False,
+                      is_amax: bool = False, dtype: torch.dtype | None = None,
+                      scale_shape: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+    amax = _like(input, [], torch.float32) if is_amax and input.dtype not in fp8.FP8 else (
+        _like(input, [0], torch.float32))
+    return _like(input, dtype=dtype or torch.float8_e4m3fn), amax
+
+
+def _fake_cast_from_fp8(input: torch.Tensor, scale: Any, out_dtype: torch.dtype,
+                        scale_shape: Any = None) -> torch.Tensor:
+    return _like(input, dtype=out_dtype)
+
+
+def _fake_fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool, D: Any,
+                   out_dtype: torch.dtype, *rest: Any) -> torch.Tensor:
+    rows = A.shape[-1] if trans_A else A.shape[-2]
+    cols = B.shape[-2] if trans_B else B.shape[-1]
+    batch = list(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+    return _like(A, [*batch, rows, cols], out_dtype)
+
+
+def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
+              "int[]? scale_shape=None) -> (Tensor, Tensor)")
+    gemm = ("(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor? D, ScalarType out_dtype, "
+            "{scales}, Tensor? bias=None, bool accumulate=False, int[]? B_scale_shape=None) "
+            "-> Tensor")
+    return [
+        (f"cast_to_fp8_v2(Tensor input, Tensor? scale=None, {to_fp8}", fp8.cast_to_fp8_v2,
+         _fake_cast_to_fp8),
+        (f"cast_to_fp8_v2.scalar(Tensor input, float scale, {to_fp8}",
+         fp8.cast_to_fp8_v2_scalar, _fake_cast_to_fp8),
+        ("cast_from_fp8(Tensor input, Tensor? scale, ScalarType out_dtype, "
+         "int[]? scale_shape=None) -> Tensor", fp8.cast_from_fp8, _fake_cast_from_fp8),
+        ("cast_from_fp8.scalar(Tensor input, float scale, ScalarType out_dtype, "
+         "int[]? scale_shape=None) -> Tensor", fp8.cast_from_fp8_scalar, _fake_cast_from_fp8),
+        ("fp8_gemm_v2" + gemm.format(
+            scales="Tensor? A_scale_inv=None, Tensor? B_scale_inv=None"),
+         fp8.fp8_gemm_v2, _fake_fp8_gemm),
+        ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
+         fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+    ]
+
+
+def _fake_ctc(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
+              target_lengths: torch.Tensor, blank: int, reduction: int, zero_infinity: bool
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, steps = log_probs.shape[1], log_probs.shape[0]
+    loss = _like(log_probs, [batch] if reduction == ctc.NONE else [])
+    longest = targets.shape[-1] if targets.dim() == 2 else targets.shape[0]
+    return loss, _like(log_probs, [batch, steps, 2 * longest + 1])
+
+
+def _adamw_pair() -> tuple[str, Callable[..., None]]:
+    """The schema of the mode this process runs in (the bridge loads one library per mode)."""
+    # The rule of the bridge's ``utils.internal.is_lazy``, which FusedAdamW and DeepSpeed ask.
+    if os.environ.get("PT_HPU_LAZY_MODE", "1") != "0":
+        return optimizers.ADAMW_LAZY, optimizers.optimizer_adamw_lazy
+    return optimizers.ADAMW_EAGER, optimizers.optimizer_adamw_eager
+
+
+def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    """(schema, kernel, fake kernel) for every op, schemas as the bridge declares them."""
+    sdpa_tail = "Tensor? valid_seq_len, str seq_padding_type"
+    adamw_schema, adamw = _adamw_pair()
+    return [
+        ("sdpa_fwd(Tensor q, Tensor k, Tensor v, Tensor? attention_mask, float p, float scale, "
+         f"bool is_causal, str softmax_mode, {sdpa_tail}) -> (Tensor, Tensor, Tensor)",
+         attention.sdpa_fwd, _fake_sdpa_fwd),
+        ("sdpa_bwd(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor P, Tensor? dm, "
+         "bool is_causal, float p, float scale, Tensor fwd_out) -> (Tensor, Tensor, Tensor)",
+         attention.sdpa_bwd, _fake_sdpa_bwd),
+        ("sdpa_recomp_fwd(Tensor q, Tensor k, Tensor v, Tensor? attention_mask, float p, "
+         "float scale, bool is_causal, bool requires_backward, str softmax_mode, "
+         f"{sdpa_tail}) -> (Tensor, Tensor, Tensor, Tensor)",
+         attention.sdpa_recomp_fwd, _fake_sdpa_recomp_fwd),
+        ("sdpa_recomp_bwd(Tensor grad, Tensor q, Tensor k, Tensor v, Tensor? attention_mask, "
+         "Tensor m, Tensor linv, Tensor? seed, bool is_causal, float p, float scale, "
+         "str softmax_mode, Tensor fwd_out) -> (Tensor, Tensor, Tensor)",
+         attention.sdpa_recomp_bwd, _fake_sdpa_bwd),
+        ("rms_norm(Tensor data_in, Tensor gamma, float epsilon) -> (Tensor, Tensor)",
+         normalization.rms_norm, _fake_rms_norm),
+        ("rms_norm_fast(Tensor data_in, Tensor gamma, float epsilon) -> (Tensor, Tensor)",
+         normalization.rms_norm, _fake_rms_norm),
+        ("rms_norm_backward(Tensor grad_in, Tensor data_in, Tensor gamma, Tensor inverse_rms, "
+         "bool use_stages, int bwd_mode) -> (Tensor, Tensor)",
+         normalization.rms_norm_backward, _fake_rms_norm_backward),
+        ("rms_norm_fast_backward(Tensor grad_in, Tensor data_in, Tensor gamma, "
+         "Tensor inverse_rms, bool use_stages, int bwd_mode) -> (Tensor, Tensor)",
+         normalization.rms_norm_backward, _fake_rms_norm_backward),
+        ("fused_clip_norm(Tensor(a!)[] grad, Tensor max_norm, float norm_type) -> Tensor",
+         normalization.fused_clip_norm, _fake_clip_norm),
+        ("rotary_pos_embedding(Tensor input, Tensor sin, Tensor cos, Tensor? position_ids, "
+         "int offset, int mode) -> Tensor", rotary.rotary_pos_embedding, _fake_first),
+        ("rotary_pos_embedding_backward(Tensor grad_in, Tensor sin, Tensor cos, "
+         "Tensor? position_ids, int offset, int mode) -> Tensor",
+         rotary.rotary_pos_embedding_backward, _fake_first),
+        ("mixture_of_experts(Tensor hidden_states, Tensor expert_routing_table, "
+         "Tensor router_weights, Tensor[] w1, Tensor[] w2, Tensor[] w3, bool permuted_weights, "
+         "str activation, int experts_min, int experts_max) -> Tensor",
+         moe.mixture_of_experts, _fake_first),
+        ("mixture_of_experts.fused_weights(Tensor hidden_states, Tensor expert_routing_table, "
+         "Tensor router_weights, Tensor[] w12, Tensor[] w3, bool permuted_weights, "
+         "str activation, int experts_min, int experts_max) -> Tensor",
+         moe.mixture_of_experts_fused, _fake_first),
+        (adamw_schema, adamw, _fake_none),
+        (optimizers.SGD, optimizers.optimizer_sgd, _fake_none),
+        (optimizers.SGD_MOMENTUM, optimizers.optimizer_sgd_momentum, _fake_none),
+        ("ctc_loss_custom(Tensor log_probs, Tensor targets, Tensor input_lengths, "
+         "Tensor target_lengths, int blank, int reduction, bool zero_infinity) "
+         "-> (Tensor, Tensor)", ctc.ctc_loss_custom, _fake_ctc),
+        ("ctc_loss_custom_backward(Tensor grad, Tensor log_probs, Tensor targets, "
+         "Tensor input_lengths, Tensor target_lengths, Tensor neg_log_likelihood, "
+         "Tensor log_alpha, int blank, int reduction, bool zero_infinity) -> Tensor",
+         ctc.ctc_loss_custom_backward, _fake_first_arg_of(1)),
+        *_fp8_ops(),
+    ]
+
+
+def register() -> bool:
+    """Define the ops for the HPU key; idempotent. False when the real bridge defined them."""
+    with ops.lock:
+        if ops.registered(__name__):
+            return True
+        if ops.defined("sdpa_fwd"):
+            return False
+        library = ops.library(__name__)
+        for schema, kernel, fake in _ops():
+            name = schema.split("(", 1)[0]
+            library.define(schema)
+            library.impl(name, kernel, "HPU")
+            torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+        return True

@@ -1,0 +1,163 @@
+"""The bridge's float8 ops: ``hpu::cast_to_fp8_v2``, ``cast_from_fp8`` and ``fp8_gemm_v2``
+(tensor and ``.scalar`` scale forms), which DeepSpeed's HPU fp quantizer, optimum-habana and
+the Transformer Engine stand-in call.
+
+Semantics, from the bridge's schemas and its own op tests (``test_hpu_fp8_ops_any_mode.py``):
+``cast_to_fp8_v2`` multiplies by ``scale``, saturates to the format's range and rounds to
+nearest into ``dtype`` (``float8_e4m3fn`` or ``float8_e5m2``; E4M3 saturates at 240 on
+Gaudi2, at 448 on Gaudi3: ``Generation.e4m3_max``); with ``is_amax`` it also returns the
+largest magnitude of the input as a 0-dim float32, else an empty tensor. A float8 input is
+passed through when the dtypes agree and refused otherwise, with the bridge's messages.
+``cast_from_fp8`` multiplies by the (inverse) scale into ``out_dtype``. ``fp8_gemm_v2``
+computes ``op(A) * a_scale_inv @ op(B) * b_scale_inv (+ bias) (+ D when accumulate)`` in
+float32 and rounds once to ``out_dtype``. fp8 needs Gaudi2 or later: on first-generation
+Gaudi every one of these ops refuses.
+
+``stochastic_rounding=True`` rounds each value to one of its two float8 neighbours with the
+probabilities that make the rounding unbiased, drawn from the HPU generator (the bridge's
+test allows a relative 0.26 and requires a difference from nearest rounding). Not modelled:
+per-channel scales given by ``scale_shape`` other than a broadcastable scale tensor, and the
+``.scalar_list`` forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from hpu_emulator.kernels.checks import expect
+from hpu_plugin.gaudi.generations import generation_from_name
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _generation_checked(op: str) -> float:
+    """E4M3 limit of the emulated generation; refuses on first-generation Gaudi."""
+    from hpu_emulator import runtime
+
+    generation = generation_from_name(runtime.current_config().device_name)
+    assert generation is not None  # the emulator runs a known generation
+    expect(generation.fp8, f"{op}: fp8 is not supported on {generation.name}; fp8 needs "
+           "Gaudi2 or later (run in bf16, or emulate gaudi2/gaudi3)")
+    return generation.e4m3_max
+
+
+def limit(dtype: torch.dtype) -> float:
+    """Largest finite value of ``dtype`` on the emulated generation."""
+    if dtype == torch.float8_e4m3fn:
+        return _generation_checked("fp8")
+    return float(torch.finfo(dtype).max)
+
+
+def _flo8_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.f", "F")
+
+
+def _scale_tensor(scale: torch.Tensor | float | None, like: torch.Tensor,
+                  scale_shape: Sequence[int] | None) -> torch.Tensor | None:
+    if scale is None:
+        return None
+    value = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
+    value = value.to(device=like.device, dtype=torch.float32)
+    return value.reshape(tuple(scale_shape)) if scale_shape is not None else value
+
+
+def _stochastic(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Round each magnitude up to the next float8 value with probability equal to its distance
+    from the one below over the gap, else down: unbiased in expectation. Works on the bit
+    patterns of the magnitudes, which increase with the value for finite float8 numbers."""
+    magnitude = value.abs()
+    nearest = magnitude.to(dtype)
+    bits = nearest.view(torch.uint8).to(torch.int16)
+    above = nearest.float() > magnitude
+    low_bits = torch.where(above, bits - 1, bits)
+    exact = nearest.float() == magnitude
+    high_bits = torch.where(above | exact, bits, bits + 1)
+    low = low_bits.to(torch.uint8).view(dtype).float()
+    high = high_bits.to(torch.uint8).view(dtype).float()
+    gap = (high - low).clamp_min(torch.finfo(torch.float32).tiny)
+    up = torch.rand(magnitude.shape, device=value.device) < (magnitude - low) / gap
+    rounded = torch.where(up, high, low)
+    return torch.where(value < 0, -rounded, rounded).to(dtype)
+
+
+def cast_to_fp8_v2(input: torch.Tensor, scale: torch.Tensor | float | None = None,
+                   stochastic_rounding: bool = False, is_amax: bool = False,
+                   dtype: torch.dtype | None = None, scale_shape: Sequence[int] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    e4m3_max = _generation_checked("cast_to_fp8_v2")
+    dtype = dtype or torch.float8_e4m3fn
+    expect(dtype in FP8, f"cast_to_fp8_v2: dtype must be torch.float8_e4m3fn or "
+           f"torch.float8_e5m2, got {dtype}")
+    if input.dtype in FP8:
+        expect(not is_amax, "CastToFp8V2 must have no amax for float8.")
+        expect(input.dtype == dtype, "CastToFp8V2 input and output must have the same dtype "
+               f"for float8, but are {_flo8_name(input.dtype)} and {_flo8_name(dtype)}")
+        return input.clone(), input.new_empty(0, dtype=torch.float32)
+    bound = e4m3_max if dtype == torch.float8_e4m3fn else float(torch.finfo(dtype).max)
+    scaled = input.float()
+    factor = _scale_tensor(scale, input, scale_shape)
+    if factor is not None:
+        scaled = scaled * factor
+    clamped = scaled.clamp(-bound, bound)
+    casted = _stochastic(clamped, dtype) if stochastic_rounding else clamped.to(dtype)
+    amax = (input.float().abs().amax() if is_amax
+            else input.new_empty(0, dtype=torch.float32))
+    return casted, amax
+
+
+def cast_from_fp8(input: torch.Tensor, scale: torch.Tensor | float | None,
+                  out_dtype: torch.dtype, scale_shape: Sequence[int] | None = None
+                  ) -> torch.Tensor:
+    _generation_checked("cast_from_fp8")
+    value = input.float()
+    factor = _scale_tensor(scale, input, scale_shape)
+    if factor is not None:
+        value = value * factor
+    return value.to(out_dtype)
+
+
+def fp8_gemm_v2(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,
+                D: torch.Tensor | None, out_dtype: torch.dtype,
+                A_scale_inv: torch.Tensor | float | None = None,
+                B_scale_inv: torch.Tensor | float | None = None,
+                bias: torch.Tensor | None = None, accumulate: bool = False,
+                B_scale_shape: Sequence[int] | None = None) -> torch.Tensor:
+    _generation_checked("fp8_gemm_v2")
+    a = A.float().transpose(-2, -1) if trans_A else A.float()
+    b = B.float().transpose(-2, -1) if trans_B else B.float()
+    a_scale = _scale_tensor(A_scale_inv, A, None)
+    b_scale = _scale_tensor(B_scale_inv, B, B_scale_shape)
+    if a_scale is not None:
+        a = a * a_scale
+    if b_scale is not None:
+        b = b * b_scale
+    out = torch.matmul(a, b)
+    if bias is not None:
+        out = out + bias.float()
+    if accumulate:
+        expect(D is not None, "fp8_gemm_v2: accumulate=True needs D")
+        out = out + D.float()
+    return out.to(out_dtype)
+
+
+def cast_to_fp8_v2_scalar(input: torch.Tensor, scale: float, stochastic_rounding: bool = False,
+                          is_amax: bool = False, dtype: torch.dtype | None = None,
+                          scale_shape: Sequence[int] | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    return cast_to_fp8_v2(input, scale, stochastic_rounding, is_amax, dtype, scale_shape)
+
+
+def cast_from_fp8_scalar(input: torch.Tensor, scale: float, out_dtype: torch.dtype,
+                         scale_shape: Sequence[int] | None = None) -> torch.Tensor:
+    return cast_from_fp8(input, scale, out_dtype, scale_shape)
+
+
+def fp8_gemm_v2_scalar(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,
+                       D: torch.Tensor | None, out_dtype: torch.dtype, A_scale_inv: float,
+                       B_scale_inv: float, bias: torch.Tensor | None = None,
+                       accumulate: bool = False, B_scale_shape: Sequence[int] | None = None
+                       ) -> torch.Tensor:
+    return fp8_gemm_v2(A, trans_A, B, trans_B, D, out_dtype, A_scale_inv, B_scale_inv, bias,
+                       accumulate, B_scale_shape)

@@ -1,0 +1,75 @@
+"""``hpu::mixture_of_experts`` (and ``.fused_weights``): a mixture-of-experts MLP block.
+
+Semantics of the bridge's own eager reference (``mixture_of_experts_common`` in
+``eager_custom_op_register.cpp``), which optimum-habana's Mixtral, Qwen-MoE and DeepSeek
+layers call: for every expert ``e`` (the index into ``w1``/``w2``/``w3``), ``h = act(x @ W1)
+* (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to the
+experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True`` means
+the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
+``relu`` or ``silu``. ``experts_min``/``experts_max`` only steer the hardware kernel (the
+bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
+concatenated (on dim 0 when permuted, else dim 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from hpu_emulator.kernels.checks import expect, expect_same_lengths
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu": F.gelu, "relu": F.relu, "silu": F.silu,
+}
+
+
+def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+             router_weights: torch.Tensor, w1: list[torch.Tensor], w2: list[torch.Tensor],
+             w3: list[torch.Tensor], permuted_weights: bool, activation: str) -> torch.Tensor:
+    op = "mixture_of_experts"
+    expect(activation in ACTIVATIONS,
+           f"{op}: activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+    expect(hidden_states.dim() == 2,
+           f"{op}: hidden_states must be [tokens, hidden], got {list(hidden_states.shape)}; "
+           "flatten the batch first")
+    expect(expert_routing_table.shape == router_weights.shape,
+           f"{op}: expert_routing_table {list(expert_routing_table.shape)} and router_weights "
+           f"{list(router_weights.shape)} must have one shape")
+    expect_same_lengths(op, w1=w1, w2=w2, w3=w3)
+    experts = len(w1)
+    expect(experts > 0, f"{op}: needs at least one expert")
+    table = expert_routing_table.to(torch.int64)
+    if table.numel():
+        expect(int(table.min()) >= 0 and int(table.max()) < experts,
+               f"{op}: expert_routing_table names experts outside 0..{experts - 1}")
+    act = ACTIVATIONS[activation]
+    tokens = hidden_states.shape[0]
+    x = hidden_states.float()
+    padded = torch.zeros(tokens, experts, device=x.device).scatter_(
+        -1, table, router_weights.float())
+    out = torch.zeros_like(x)
+    for e in range(experts):
+        a, b, c = (w[e].float().t() if permuted_weights else w[e].float() for w in (w1, w2, w3))
+        out += torch.matmul(act(x @ a) * (x @ b), c) * padded[:, e:e + 1]
+    return out.to(hidden_states.dtype)
+
+
+def mixture_of_experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+                       router_weights: torch.Tensor, w1: list[torch.Tensor],
+                       w2: list[torch.Tensor], w3: list[torch.Tensor], permuted_weights: bool,
+                       activation: str, experts_min: int, experts_max: int) -> torch.Tensor:
+    return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                    permuted_weights, activation)
+
+
+def mixture_of_experts_fused(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+                             router_weights: torch.Tensor, w12: list[torch.Tensor],
+                             w3: list[torch.Tensor], permuted_weights: bool, activation: str,
+                             experts_min: int, experts_max: int) -> torch.Tensor:
+    dim = 0 if permuted_weights else 1
+    halves = [w.split(w.shape[dim] // 2, dim) for w in w12]
+    return _experts(hidden_states, expert_routing_table, router_weights,
+                    [h[0] for h in halves], [h[1] for h in halves], w3, permuted_weights,
+                    activation)

@@ -1,0 +1,99 @@
+"""Lazy mode of the emulated Gaudi (``PT_HPU_LAZY_MODE=1``): where the accumulated graph runs.
+
+On Gaudi, lazy mode queues the ops and runs them as one graph at ``mark_step()`` (and where
+a value must reach the host); each distinct graph is compiled once and then found in the
+recipe cache. The emulator runs every op at once, as in eager mode, so results are the same;
+what it models is the accounting: its C++ runtime keeps a running hash of the ops since the
+last step (their names, tensor sizes, strides and dtypes, scalar arguments), and
+``mark_step`` hands that graph to the recipe cache, so ``graph_compilation`` and
+``recipe_cache`` count a compilation for each new graph and a hit for a repeated one. Step
+closures (``add_step_closure``) run at the mark, as on the bridge.
+
+``torch.compile`` stays refused in lazy mode (``hpu_plugin.gaudi.modes``), and int64 stays
+off the device (``generations.int64_on_device``): both are the plugin's rules, applied as
+they are on hardware.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from hpu_emulator import recipes, runtime
+
+_lock = threading.Lock()
+_closures: list[Callable[[], Any]] = []
+_state = {"since": time.perf_counter_ns()}
+#: Set by ``graphs`` when it loads: takes a step mark while an HPU graph is being captured
+#: (the ops are the captured graph's) and answers whether it did. A callback, not an import,
+#: so that ``graphs`` (which marks steps here) and this module do not import each other.
+_capture_step: list[Callable[[], bool]] = []
+
+
+def is_lazy() -> bool:
+    """The emulator's mode, read once at start (as the bridge reads ``PT_HPU_LAZY_MODE``)."""
+    return runtime.started() and runtime.current_config().lazy
+
+
+def start() -> None:
+    """Turn the runtime's graph trace on in lazy mode (called once at emulator start)."""
+    if is_lazy():
+        runtime.extension().lazy_trace(True)
+
+
+class LazyModeRequired(RuntimeError):
+    """An HPU-graph API used in eager mode, where the bridge does not offer it."""
+
+
+def require_lazy(what: str) -> None:
+    if not is_lazy():
+        raise LazyModeRequired(
+            f"{what}: HPU graphs need lazy mode; the Gaudi software offers them "
+            "(torch.hpu.HPUGraph, wrap_in_hpu_graph, ...) only when PT_HPU_LAZY_MODE=1. Fix: "
+            "set PT_HPU_LAZY_MODE=1 before starting Python (torch.compile is then "
+            "unavailable), or do not use HPU graphs in eager mode"
+        )
+
+
+def mark_step() -> None:
+    """``htcore.mark_step()``: run the accumulated graph (:func:`flush`), then the step
+    closures."""
+    if not is_lazy():
+        return
+    flush()
+    with _lock:
+        closures = list(_closures)
+        _closures.clear()
+    for closure in closures:
+        closure()
+
+
+def flush() -> None:
+    """Run the accumulated graph: one compilation the first time this graph is seen, a
+    recipe-cache hit after; nothing accumulated, nothing counted. The bridge's own step
+    marks (before an HPU-graph capture or replay) do this without the Python closures."""
+    if not is_lazy():
+        return
+    graph_hash, ops = runtime.extension().lazy_take()
+    now = time.perf_counter_ns()
+    with _lock:
+        since, _state["since"] = _state["since"], now
+    if any(take() for take in _capture_step):
+        return  # the ops are the captured graph's
+    if ops:
+        recipes.account(f"lazy{graph_hash:016x}", (), "lazy", (now - since) // 1000)
+
+
+def discard_pending() -> None:
+    """Forget the ops accumulated so far: they were a captured HPU graph's (counted there)
+    or a replay's (which compiles nothing)."""
+    if is_lazy():
+        runtime.extension().lazy_take()
+        _state["since"] = time.perf_counter_ns()
+
+
+def add_step_closure(closure: Callable[..., Any], args: tuple[Any, ...] = ()) -> None:
+    with _lock:
+        _closures.append(lambda: closure(*args))

@@ -1,0 +1,103 @@
+"""The running emulator's shared state: its configuration, the loaded C++ runtime, the
+module this process acquired, and what it changed outside itself (:data:`patches`).
+
+Every part of the emulator reads it here; it imports none of them, so they import it at
+their top. Bringing the emulator up is ``startup.start``, which fills it in.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+
+from hpu_emulator import config as _config
+from hpu_plugin.patching import this_process
+
+#: The stand-ins for ``habana_frameworks`` and its companions (package data, each marked
+#: with ``hpu_plugin.gaudi.software.STANDIN_MARKER``); on ``sys.path`` only while emulating.
+STANDINS = Path(__file__).resolve().parent / "standins"
+
+#: Filled by ``startup.start``: "config", "ext" (the C++ runtime), later "module".
+_state: dict[str, object] = {}
+#: What the emulator changed outside its own modules (``torch.manual_seed``, ``PATH``):
+#: its part of the process's activation, undone with the rest.
+patches = this_process.emulator
+#: The stand-ins on ``sys.path``, kept apart from :data:`patches`: an emulator that started
+#: keeps them when the plugin fails later.
+search_path = this_process.search_path
+
+
+def add_standins() -> None:
+    """Make the stand-ins importable in this process and in its children.
+
+    Appended to ``sys.path``, never prepended, so they cannot shadow anything installed
+    (``startup.start`` refuses to run at all beside the real Gaudi software). Children get
+    them through ``PYTHONPATH``: a child that never imports torch (``pip list``, which
+    optimum-habana reads) sees the stand-ins' ``habana-torch-plugin`` distribution as it
+    would see the real one; a child that imports torch starts its own emulator.
+    """
+    entry = str(STANDINS)
+    search_path.add_path(entry)
+    inherited = os.environ.get("PYTHONPATH", "")
+    if entry not in inherited.split(os.pathsep):
+        search_path.set_item(
+            os.environ, "PYTHONPATH", inherited + os.pathsep + entry if inherited else entry,
+            "os.environ['PYTHONPATH'] (the stand-ins, for child processes)")
+
+
+def prepend_to_path(directory: str, why: str) -> None:
+    """Put ``directory`` first on ``PATH`` for this process and its children (they run
+    ``why``, e.g. ``hl-smi``, by name), through :data:`patches`."""
+    path = os.environ.get("PATH", "")
+    patches.set_item(os.environ, "PATH", directory + os.pathsep + path,
+                     f"os.environ['PATH'] (for {why})")
+
+
+def set_started(cfg: _config.EmulatorConfig, ext: ModuleType) -> None:
+    """The emulator is up: ``startup.start`` calls this once the C++ runtime ``ext`` took
+    the configuration ``cfg``."""
+    _state["ext"] = ext
+    _state["config"] = cfg
+
+
+def started() -> bool:
+    return "config" in _state
+
+
+def current_config() -> _config.EmulatorConfig:
+    cfg = _state.get("config")
+    if cfg is None:
+        raise RuntimeError("the Gaudi emulator is not started (HPU_PLUGIN_EMULATE)")
+    assert isinstance(cfg, _config.EmulatorConfig)
+    return cfg
+
+
+def acquired_module() -> int:
+    """The module this process acquired. Fixed the first time it matters (a collective, or
+    :func:`fix_acquisition_if_device_used`), from the environment as it is then: like the
+    real stack, which acquires its device on first use, so ``HLS_MODULE_ID`` set before
+    that (by ``torch.hpu.set_device`` or the hccl import) chooses the module, and set after
+    it changes nothing."""
+    module = _state.get("module")
+    if module is None:
+        module = _config.acquired_module(os.environ, list(current_config().visible_modules))
+        _state["module"] = module
+    assert isinstance(module, int)
+    return module
+
+
+def fix_acquisition_if_device_used() -> None:
+    """Call before changing what selects the module: once an HPU tensor has existed, the
+    device is acquired and a later selection must not move it."""
+    if "module" in _state or not started():
+        return
+    stats = extension().memory_stats(0)
+    if stats["NumAllocs"] or stats["MaxInUse"] or stats["InUse"]:
+        acquired_module()
+
+
+def extension() -> ModuleType:
+    ext = _state.get("ext")
+    assert isinstance(ext, ModuleType)
+    return ext
