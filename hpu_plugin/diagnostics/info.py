@@ -89,7 +89,7 @@ def _present(needs: str) -> bool:
 
 def _fast_paths(registry: Any) -> dict[str, dict[str, str]]:
     """Each of Gaudi's fast paths: on or off as the hook answers now, and its switch."""
-    from hpu_plugin.gaudi.fast_paths import FAST_PATHS
+    from hpu_plugin.fast_paths.catalog import FAST_PATHS
 
     return {
         path.name: {

@@ -52,12 +52,8 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             available = registry.device_available()
             if available:
                 torch_adapter.install(registry, patches)
-                from hpu_plugin.hosts import shape_buckets, trainer_buckets
-
-                shape_buckets.install(registry, patches)
                 transformers_adapter.keep_gaudi_workarounds(patches)
-                trainer_buckets.install(registry, patches)
-                from hpu_plugin.hosts import fast_paths
+                from hpu_plugin import fast_paths
 
                 fast_paths.install(registry, patches)
             transformers_adapter.install(registry, patches, available)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from processes import emulated, result_of, run_python
 
-from hpu_plugin.hosts import inference_graphs
+from hpu_plugin.fast_paths import inference_graphs
 
 
 def _tiny_llama() -> object:
@@ -62,7 +62,7 @@ LOOP = """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from hpu_plugin.emulation import counters
-    from hpu_plugin.hosts import decoding_loop
+    from hpu_plugin.fast_paths import decoding_loop
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4,

@@ -1,5 +1,5 @@
 """Transformers models on Gaudi: attention by hpex ``FusedSDPA``, RMSNorm by ``FusedRMSNorm``,
-rotary embeddings by the hpex rotary helper (:mod:`hpu_plugin.hosts.fused_rope`).
+rotary embeddings by the hpex rotary helper (:mod:`hpu_plugin.fast_paths.fused_rope`).
 
 Attention goes through Transformers' own registry: every model with ``attn_implementation=
 "sdpa"`` (the default) asks ``AttentionInterface`` for ``"sdpa"`` at each call, so the entry
@@ -24,8 +24,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths import fused_rope
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.hosts import fused_rope
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once

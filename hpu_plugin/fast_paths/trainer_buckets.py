@@ -32,8 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook, settings
-from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts.shape_buckets import (
+from hpu_plugin.fast_paths.generate_buckets import (
     DEVICE_TYPE,
     HOST,
     SWITCH,
@@ -44,6 +43,7 @@ from hpu_plugin.hosts.shape_buckets import (
     max_positions,
     static_graphs,
 )
+from hpu_plugin.gaudi.shapes import bucket_for
 from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once

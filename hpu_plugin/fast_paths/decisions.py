@@ -1,4 +1,4 @@
-"""Gaudi's fast paths (``hpu_plugin.gaudi.fast_paths``): on for ``hpu`` unless turned off.
+"""Gaudi's fast paths (``hpu_plugin.fast_paths.catalog``): on for ``hpu`` unless turned off.
 
 Each fast path gives the ordinary path's results (the hosts take it only where it does), so
 on Gaudi each is on by default. ``HPU_PLUGIN_FAST=0`` turns every one off;
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpu_plugin import settings
-from hpu_plugin.gaudi.fast_paths import BY_NAME, SWITCH
+from hpu_plugin.fast_paths.catalog import BY_NAME, SWITCH
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 
