@@ -88,7 +88,7 @@ def generation(prompts: int, new_tokens: int) -> dict[str, object]:
 
 
 def padding_overhead(lengths: list[int]) -> tuple[float, list[int]]:
-    from hpu_plugin.gaudi.shapes import bucket_for
+    from hpu_plugin.gaudi.shape_buckets import bucket_for
     from hpu_plugin.registry import get_registry
 
     buckets = get_registry().shape_buckets("length", 1024) or ()

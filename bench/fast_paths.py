@@ -28,7 +28,7 @@ from torch.utils.data import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 from hpu_plugin.emulation import counters
-from hpu_plugin.fast_paths.catalog import FAST_PATHS, SWITCH
+from hpu_plugin.fast_paths.decisions import FAST_PATHS, SWITCH
 
 
 def tiny_llama() -> LlamaForCausalLM:

@@ -14,13 +14,16 @@ results:
   RMSNorm kernels, with :mod:`.fused_rope` (the rotary kernel);
 - :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs.
 
-:mod:`.catalog` says what each replaces and what turning it off costs.
+:mod:`.decisions` also says what each replaces and what turning it off costs.
 """
 
 from __future__ import annotations
 
-from hpu_plugin.patching import Patches
-from hpu_plugin.registry import Registry
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the package is imported with its ``decisions`` plugin: keep it light
+    from hpu_plugin.patching import Patches
+    from hpu_plugin.registry import Registry
 
 
 def install(registry: Registry, patches: Patches) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.fast_paths import fused_rope
+from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
@@ -101,8 +102,8 @@ def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable
                                **kwargs: Any) -> tuple[Any, None]:
         fits = _fits(query, key, value, attention_mask, dropout, kwargs)
         fused = _fused_sdpa() if fits else None
-        if fused is None or not registry.fast_path(
-                "fused_sdpa", {"model": type(module).__name__}):
+        if fused is None or not take(
+                registry, "fused_sdpa", {"model": type(module).__name__}):
             return original(module, query, key, value, attention_mask, dropout=dropout,
                             scaling=scaling, is_causal=is_causal, **kwargs)
         return fused_attention(fused, module, query, key, value, attention_mask, scaling,
@@ -167,7 +168,7 @@ def fuse_norms(registry: Registry, model: Any) -> int:
     norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
              and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
-    if norms and registry.fast_path("fused_rms_norm",
+    if norms and take(registry, "fused_rms_norm",
                                     {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
             norm.forward = types.MethodType(ours(fused_rms_forward), norm)

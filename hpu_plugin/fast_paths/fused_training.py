@@ -28,6 +28,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, is_ours, original_of, ours, stay_out
 from hpu_plugin.registry import Registry
@@ -187,8 +188,8 @@ def fuse(registry: Registry, optimizer: Any) -> bool:
     if is_ours(vars(optimizer).get("step")):
         return True
     kind = _fits(optimizer)
-    if kind is None or not registry.fast_path(
-            "fused_optimizer", {"optimizer": type(optimizer).__name__}):
+    if kind is None or not take(
+            registry, "fused_optimizer", {"optimizer": type(optimizer).__name__}):
         return False
     original = optimizer.step
     fused = STEPS[kind]
@@ -288,8 +289,8 @@ def install_clip(registry: Registry, patches: Patches, module: types.ModuleType)
     @functools.wraps(original)
     def clip_grad_norm_(self: Any, parameters: Any, max_norm: float, norm_type: float = 2) -> Any:
         kind = str(getattr(self.distributed_type, "value", self.distributed_type))
-        if kind in plain and float(norm_type) == 2.0 and registry.fast_path(
-                "fused_clip_norm", {"distributed_type": kind}):
+        if kind in plain and float(norm_type) == 2.0 and take(
+                registry, "fused_clip_norm", {"distributed_type": kind}):
             parameters = list(parameters)
             grads = clip_grads(parameters)
             if grads is not None:

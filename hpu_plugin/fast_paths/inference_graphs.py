@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hpu_plugin import settings
-from hpu_plugin.fast_paths.catalog import GRAPHS_MAX, GRAPHS_MAX_DEFAULT
+from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, GRAPHS_MAX_DEFAULT, take
 from hpu_plugin.patching import stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -53,7 +53,7 @@ CHOICES = ("compile_config", "disable_compile", "cache_implementation")
 KEYS = "_hpu_plugin_graph_keys"
 REFUSED = "_hpu_plugin_graphs_refused"
 LOCK = "_hpu_plugin_graphs_lock"
-SWITCH = "HPU_PLUGIN_FAST_GRAPHS"
+SWITCH = BY_NAME[NAME].setting
 
 
 def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
@@ -187,7 +187,7 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
         return None
     model_type = getattr(getattr(model, "config", None), "model_type", "")
-    if not registry.fast_path(NAME, {"model": model_type, "mode": mode}):
+    if not take(registry, NAME, {"model": model_type, "mode": mode}):
         return None
     return mode
 

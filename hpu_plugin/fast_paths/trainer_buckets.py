@@ -43,7 +43,7 @@ from hpu_plugin.fast_paths.generate_buckets import (
     max_positions,
     static_graphs,
 )
-from hpu_plugin.gaudi.shapes import bucket_for
+from hpu_plugin.gaudi.shape_buckets import bucket_for
 from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
