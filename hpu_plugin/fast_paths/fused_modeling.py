@@ -159,22 +159,25 @@ def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     return weight * normed.to(hidden_states.dtype)
 
 
-def fuse_norms(registry: Registry, model: Any) -> int:
-    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it."""
-    if getattr(model, "_hpu_plugin_norms", None) is not None:
-        return int(model._hpu_plugin_norms)
+def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
+    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it.
+    Each layer's ``forward`` and the model's count go through ``patches``: undoing the plugin
+    gives the layers their class's ``forward`` again."""
+    if getattr(model, NORMS, None) is not None:
+        return int(getattr(model, NORMS))
     if _fused_rms_norm() is None:
         return 0
     norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
              and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
     if norms and take(registry, "fused_rms_norm",
-                                    {"model": getattr(model.config, "model_type", "")}):
+                      {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
-            norm.forward = types.MethodType(ours(fused_rms_forward), norm)
+            patches.set_on_instance(norm, "forward", types.MethodType(ours(fused_rms_forward),
+                                                                      norm))
     else:
         norms = []
-    model._hpu_plugin_norms = len(norms)
+    patches.set_on_instance(model, NORMS, len(norms))
     return len(norms)
 
 
@@ -196,6 +199,8 @@ def install_attention(registry: Registry, patches: Patches, module: types.Module
 
 
 MARK = "_hpu_plugin_fused_norms"
+#: The model attribute that says how many of its norm layers were given the kernel.
+NORMS = "_hpu_plugin_norms"
 
 
 def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],
@@ -208,7 +213,7 @@ def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],
         try:
             model = model_of(self)
             if model is not None:
-                fuse_norms(registry, model)
+                fuse_norms(registry, patches, model)
         except Exception as exc:  # a fast path: never break the user's call
             say_once("fused-norms-failed", logging.WARNING,
                      "hpu_plugin: the fused RMSNorm is off: %r", exc)

@@ -13,8 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hpu_plugin.registry import Registry
+
+if TYPE_CHECKING:
+    from hpu_plugin.patching import Patches
 
 log = logging.getLogger("hpu_plugin")
 
@@ -22,13 +26,17 @@ _lock = threading.Lock()
 _installed: object | None = None  # the Patches of the installed adapters
 
 
-def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None) -> None:
+def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None,
+            fast_paths: Callable[[Registry, Patches], None] | None = None) -> None:
     """Install the adapters once per process; never raises.
 
-    With a device ready every adapter is installed. Without one (a plugin hid Gaudi, or
-    the Gaudi software is present with no device) only the availability answers are, so
-    the hosts' own HPU branches follow the registry and stay off. ``summary`` is what the
-    hosts' ``env`` commands add (``diagnostics.summary.gaudi_summary``; none without it).
+    With a device ready every adapter is installed, and then ``fast_paths`` (activation
+    gives ``hpu_plugin.fast_paths.install``, which builds on the adapters: they cannot
+    import it) with the same ``Patches``, so that one undo takes back both. Without a device
+    (a plugin hid Gaudi, or the Gaudi software is present with no device) only the
+    availability answers are, so the hosts' own HPU branches follow the registry and stay
+    off. ``summary`` is what the hosts' ``env`` commands add
+    (``diagnostics.summary.gaudi_summary``; none without it).
     """
     global _installed
     with _lock:
@@ -53,9 +61,8 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             if available:
                 torch_adapter.install(registry, patches)
                 transformers_adapter.keep_gaudi_workarounds(patches)
-                from hpu_plugin import fast_paths
-
-                fast_paths.install(registry, patches)
+                if fast_paths is not None:
+                    fast_paths(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)
