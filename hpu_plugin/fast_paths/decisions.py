@@ -13,7 +13,9 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_GRAPHS``) turns one
-off (``0``) or on (``1``) whatever the first says.
+off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
+(:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
+off (:func:`buckets_off_by`) for the features' messages.
 """
 
 from __future__ import annotations
@@ -86,6 +88,29 @@ GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
 GRAPHS_MAX_DEFAULT = 8
 
 BY_NAME: dict[str, FastPath] = {path.name: path for path in FAST_PATHS}
+
+
+#: The switch of the shape buckets, with its ``_LENGTH``, ``_BATCH`` and ``_CACHE``: the
+#: first-party ``shapes`` plugin (``plugins.bucket_sizes``) answers ``hpu_shape_buckets``
+#: from them.
+BUCKETS = "HPU_PLUGIN_BUCKETS"
+
+
+def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
+    """The sizes of ``kind`` (``"length"``, ``"batch"``, ``"cache"``) the features pad to:
+    the registry's ``hpu_shape_buckets`` (the guard refuses, naming the plugin, any that are
+    not ascending positive sizes); none when no plugin has an opinion."""
+    return registry.shape_buckets(kind, limit) or ()
+
+
+def buckets_off_by(kind: str, environ: Mapping[str, str] = os.environ) -> str | None:
+    """The setting that turned the buckets of ``kind`` off (``HPU_PLUGIN_BUCKETS=0``, or
+    ``_<KIND>=0``), for the message that says why a shape is not bucketed; None if none."""
+    for name in (BUCKETS, f"{BUCKETS}_{kind.upper()}"):
+        raw = environ.get(name, "")
+        if raw.strip().lower() in settings.OFF_WORDS:
+            return f"{name}={raw} is set"
+    return None
 
 
 def take(registry: Registry, name: str, context: Mapping[str, Any]) -> bool:

@@ -32,12 +32,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook, settings
+from hpu_plugin.fast_paths.decisions import buckets, buckets_off_by
 from hpu_plugin.fast_paths.generate_buckets import (
     DEVICE_TYPE,
     HOST,
     SWITCH,
     WARN_AFTER,
-    buckets,
     compilations,
     is_compiled,
     max_positions,
@@ -47,7 +47,6 @@ from hpu_plugin.gaudi.shape_buckets import bucket_for
 from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
-from hpu_plugin.settings import OFF_WORDS
 
 log = logging.getLogger("hpu_plugin")
 
@@ -368,11 +367,8 @@ def _bucket_collator(registry: Registry, patches: Patches,
     if choice is not None:
         return choice, sizes
     if not sizes:
-        for name in (SWITCH, f"{SWITCH}_LENGTH"):
-            raw = os.environ.get(name, "")
-            if raw.strip().lower() in OFF_WORDS:
-                return f"{name}={raw} is set", sizes
-        return "the hpu_shape_buckets hook returned no length buckets", sizes
+        why = buckets_off_by("length")
+        return why or "the hpu_shape_buckets hook returned no length buckets", sizes
     patches.set_on_instance(trainer, "data_collator", BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)))
     return None, sizes
