@@ -88,7 +88,7 @@ def generation(prompts: int, new_tokens: int) -> dict[str, object]:
 
 
 def padding_overhead(lengths: list[int]) -> tuple[float, list[int]]:
-    from hpu_plugin.gaudi.shapes import bucket_for
+    from hpu_plugin.gaudi.shape_buckets import bucket_for
     from hpu_plugin.registry import get_registry
 
     buckets = get_registry().shape_buckets("length", 1024) or ()
@@ -97,32 +97,8 @@ def padding_overhead(lengths: list[int]) -> tuple[float, list[int]]:
 
 
 def training(steps: int) -> dict[str, object]:
-    from torch.utils.data import Dataset
+    from training_rows import Rows, collate
     from transformers import Trainer, TrainerCallback, TrainingArguments
-
-    class Texts(Dataset):
-        def __init__(self) -> None:
-            rng = random.Random(1)
-            self.rows = [rng.randint(4, 500) for _ in range(steps * 2)]
-
-        def __len__(self) -> int:
-            return len(self.rows)
-
-        def __getitem__(self, i: int) -> dict[str, list[int]]:
-            ids = [3 + (i * 7 + j) % 250 for j in range(self.rows[i])]
-            return {"input_ids": ids, "labels": ids}
-
-    def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-        longest = max(len(f["input_ids"]) for f in features)
-        ids = torch.zeros((len(features), longest), dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        labels = torch.full_like(ids, -100)
-        for row, f in enumerate(features):
-            n = len(f["input_ids"])
-            ids[row, :n] = torch.tensor(f["input_ids"])
-            mask[row, :n] = 1
-            labels[row, :n] = torch.tensor(f["labels"])
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
     class Lengths(TrainerCallback):
         """The padded lengths the model saw and the real tokens, per arm."""
@@ -143,8 +119,8 @@ def training(steps: int) -> dict[str, object]:
             disable_tqdm=True,
         )
         seen = Lengths()
-        trainer = Trainer(model=model, args=args, train_dataset=Texts(), data_collator=collate,
-                          callbacks=[seen])
+        trainer = Trainer(model=model, args=args, train_dataset=Rows(steps * 2, 4, 500),
+                          data_collator=collate, callbacks=[seen])
         inner = trainer.data_collator
 
         def counting(features: list[dict[str, list[int]]], inner=inner, seen=seen) -> object:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import sys
 from typing import Any
 
@@ -24,11 +23,11 @@ os.environ.setdefault("HPU_PLUGIN_EMULATE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch
-from torch.utils.data import Dataset
+from training_rows import Rows, collate
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 from hpu_emulator import counters
-from hpu_plugin.gaudi.fast_paths import FAST_PATHS, SWITCH
+from hpu_plugin.fast_paths.decisions import FAST_PATHS, SWITCH
 
 
 def tiny_llama() -> LlamaForCausalLM:
@@ -39,32 +38,6 @@ def tiny_llama() -> LlamaForCausalLM:
         pad_token_id=0, bos_token_id=1, eos_token_id=2,
     )
     return LlamaForCausalLM(config).to("hpu")
-
-
-class Rows(Dataset):
-    def __init__(self, count: int, low: int = 4, high: int = 120) -> None:
-        rng = random.Random(1)
-        self.lengths = [rng.randint(low, high) for _ in range(count)]
-
-    def __len__(self) -> int:
-        return len(self.lengths)
-
-    def __getitem__(self, i: int) -> dict[str, list[int]]:
-        ids = [3 + (i * 7 + j) % 250 for j in range(self.lengths[i])]
-        return {"input_ids": ids, "labels": ids}
-
-
-def collate(features: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-    longest = max(len(f["input_ids"]) for f in features)
-    ids = torch.zeros((len(features), longest), dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    labels = torch.full_like(ids, -100)
-    for row, f in enumerate(features):
-        n = len(f["input_ids"])
-        ids[row, :n] = torch.tensor(f["input_ids"])
-        mask[row, :n] = 1
-        labels[row, :n] = torch.tensor(f["labels"])
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
 class PerStep(TrainerCallback):

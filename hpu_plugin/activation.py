@@ -147,12 +147,13 @@ def _activate() -> None:
         state["emulator"] = "started"
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 
+    from hpu_plugin import fast_paths
     from hpu_plugin.diagnostics.summary import gaudi_summary
     from hpu_plugin.hosts import install
 
     # Also without a device: the hosts' own HPU checks would otherwise look at the Gaudi
     # software directly and could say yes where a plugin said no.
-    install(registry, gaudi_summary)
+    install(registry, gaudi_summary, fast_paths.install)
     if not registry.device_available():
         state.update(status="skipped", reason="Gaudi software present, but no device is ready")
         return

@@ -22,6 +22,8 @@ import importlib
 import logging
 import os
 import sys
+import types
+import weakref
 from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +103,40 @@ def cached_like(original: Callable[..., Any], replacement: Callable[..., Any]) -
     return ours(functools.lru_cache(replacement))
 
 
+def _weak_method(value: Any, owner: Any) -> Any:
+    """What an instance attribute was, without a strong reference to ``owner`` (a method
+    bound to it is kept as its function, bound again on undo)."""
+    if isinstance(value, types.MethodType) and value.__self__ is owner:
+        return _Bound(value.__func__)
+    return value
+
+
+class _Bound:
+    """A method that was bound to the patched object: its function."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: Any) -> None:
+        self.function = function
+
+
+class _Restore(_Bound):
+    """How to undo a change on the patched object: ``function(owner)``."""
+
+    __slots__ = ()
+
+
+def _put_back(owner: Any, name: str, old: Any) -> None:
+    if old is _MISSING:
+        vars(owner).pop(name, None)
+    elif isinstance(old, _Restore):
+        old.function(owner)
+    elif isinstance(old, _Bound):
+        setattr(owner, name, types.MethodType(old.function, owner))
+    else:
+        setattr(owner, name, old)
+
+
 class Patches:
     """Every replacement made, so it can be undone in reverse order, and said (``made``)."""
 
@@ -108,6 +144,8 @@ class Patches:
         self._undo: list[Callable[[], None]] = []
         #: What was changed, in order (``"torch.manual_seed"``, ``"os.environ['PATH']"``).
         self.made: list[str] = []
+        #: (class, attribute) -> the instances given it, with what they had before
+        self._instances: dict[tuple[type, str], weakref.WeakKeyDictionary[Any, Any]] = {}
 
     def on_undo(self, undo: Callable[[], None], what: str | None = None) -> None:
         """Record a change made another way than :meth:`set` (it is undone in order)."""
@@ -128,6 +166,31 @@ class Patches:
                 setattr(owner, name, old)
 
         self.on_undo(undo, f"{getattr(owner, '__name__', type(owner).__name__)}.{name}")
+
+    def set_on_instance(self, owner: Any, name: str, value: Any,
+                        restore: Callable[[Any], None] | None = None) -> None:
+        """``owner.name = value`` on one object (a model's norm layer, an optimizer), undone
+        like :meth:`set` while the object lives. The objects are held weakly, so a patched
+        model or optimizer is freed as it would be without the plugin; ``made`` names each
+        class and attribute once, however many objects were given it. ``restore(owner)``,
+        where given, undoes it instead of putting the old value back (for an old value that
+        refers to ``owner``, which would keep it alive); it must not refer to ``owner``."""
+        key = (type(owner), name)
+        given = self._instances.get(key)
+        if given is None:
+            given = self._instances[key] = weakref.WeakKeyDictionary()
+
+            def undo() -> None:
+                for instance, old in list(given.items()):
+                    _put_back(instance, name, old)
+                given.clear()
+                self._instances.pop(key, None)
+
+            self.on_undo(undo, f"{type(owner).__qualname__}.{name} of each object given it")
+        if owner not in given:
+            given[owner] = (_Restore(restore) if restore is not None
+                            else _weak_method(vars(owner).get(name, _MISSING), owner))
+        setattr(owner, name, value)
 
     def set_item(self, mapping: MutableMapping[str, str], key: str, value: str,
                  what: str) -> None:

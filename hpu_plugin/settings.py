@@ -6,8 +6,8 @@ accepted form, so the user can act on it. Digits are ASCII only: ``int("٣")`` i
 Python, but no launcher or shell means it, and a value that only Python reads as a number
 is a typo to report, not a setting to guess at.
 
-Depends on nothing else in the package (it runs in ``hpu_plugin.pth`` and inside
-``import torch``), and imports nothing heavier than ``re``.
+Depends on nothing else in the package (it runs inside ``import torch``), and imports
+nothing heavier than ``re``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from hpu_plugin.errors import SettingError
 
 #: Words that turn a switch on or off, in any case. The one home of these sets: the
-#: registry, activation, the emulator's configuration and the ``.pth`` all read them here.
+#: registry, activation and the emulator's configuration all read them here.
 ON_WORDS: frozenset[str] = frozenset({"1", "true", "yes", "on"})
 OFF_WORDS: frozenset[str] = frozenset({"", "0", "false", "no", "off"})
 #: Words the Gaudi bridge itself takes as "on" for its own flags (``PT_HPU_METRICS_GC_DETAILS``,
@@ -71,8 +71,8 @@ def gaudi_flag(raw: str | None) -> bool:
 
 
 def is_on(raw: str | None) -> bool:
-    """Lenient reading for places that must never raise (the ``.pth``, activation's first
-    look): only an :data:`ON_WORDS` value is on."""
+    """Lenient reading for places that must never raise (activation's first look): only an
+    :data:`ON_WORDS` value is on."""
     return raw is not None and raw.strip().lower() in ON_WORDS
 
 
@@ -82,8 +82,8 @@ def is_off(raw: str | None) -> bool:
 
 
 def emulation_requested(environ: Mapping[str, str] = os.environ) -> bool:
-    """``HPU_PLUGIN_EMULATE`` read leniently, as the ``.pth`` line and activation must (they
-    never raise); the emulator's configuration reports a bad value with its fix."""
+    """``HPU_PLUGIN_EMULATE`` read leniently, as activation must (it never
+    raises); the emulator's configuration reports a bad value with its fix."""
     return not is_off(environ.get("HPU_PLUGIN_EMULATE"))
 
 

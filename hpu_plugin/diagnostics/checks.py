@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpu_plugin import settings
-from hpu_plugin.diagnostics import probe
+from hpu_plugin.diagnostics import inventory
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.gaudi.generations import DTYPE_NAMES as DTYPE_NAMES  # the CLI's --dtype
@@ -46,7 +46,7 @@ class Doctor:
     @property
     def present(self) -> bool:
         """A device is there: hl-smi lists one, or torch.hpu has one ready."""
-        return bool(self.index_map) or probe.device_available()
+        return bool(self.index_map) or inventory.device_available()
 
     @property
     def failed(self) -> str:
@@ -60,7 +60,9 @@ class Doctor:
 
 
 def check_gaudi(doctor: Doctor) -> list[Finding]:
-    return [] if probe.gaudi_expected() else [Finding("gaudi", "info", probe.no_gaudi_reason())]
+    if inventory.gaudi_expected():
+        return []
+    return [Finding("gaudi", "info", inventory.no_gaudi_reason())]
 
 
 def check_activation(doctor: Doctor) -> list[Finding]:
@@ -112,10 +114,10 @@ def check_hlsmi(doctor: Doctor) -> list[Finding]:
     """``hl-smi`` maps device indices to module ids; records the map and device names."""
     from hpu_plugin.gaudi import hlsmi
 
-    answer = probe.query_hlsmi(("index", "module_id", "name"))
+    answer = inventory.query_hlsmi(("index", "module_id", "name"))
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = probe.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
-    if answer.missing and not probe.gaudi_expected():
+        answer = inventory.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
+    if answer.missing and not inventory.gaudi_expected():
         return []
     if answer.rows is None:
         return [_hlsmi_unanswered(doctor, answer.reason)]
@@ -130,7 +132,7 @@ def check_hlsmi(doctor: Doctor) -> list[Finding]:
 
 def _hlsmi_unanswered(doctor: Doctor, reason: str) -> Finding:
     message = f"cannot map device indices to module ids: {reason}"
-    if not (probe.emulation_requested() and not probe.gaudi_software()):
+    if not (inventory.emulation_requested() and not inventory.gaudi_software()):
         return Finding("hl-smi", "warning", message, "install the Gaudi driver tools (hl-smi)")
     if doctor.failed:  # the emulator puts its hl-smi on PATH when it starts; it did not
         return Finding("hl-smi", "info", f"{message} (the emulator did not start, see above)")
@@ -147,7 +149,7 @@ def check_generation(doctor: Doctor) -> list[Finding]:
     """The generation, from hl-smi's names or ``torch.hpu``; records it."""
     from hpu_plugin.gaudi import generations
 
-    name = doctor.names[0] if doctor.names else probe.device_name()
+    name = doctor.names[0] if doctor.names else inventory.device_name()
     doctor.generation = generations.generation_from_name(name) if name else None
     generation = doctor.generation
     if generation is None:
@@ -223,7 +225,7 @@ def check_mode(doctor: Doctor) -> list[Finding]:
         mode = modes.mode(environ)
     except GaudiConfigError as exc:
         return [exc.as_finding("mode")]
-    text = probe.mode_text(environ)
+    text = inventory.mode_text(environ)
     if mode.compile:
         return [Finding("mode", "ok", f"{text}: torch.compile uses hpu_backend")]
     try:
@@ -268,7 +270,7 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
         findings = generations.bitsandbytes_findings(doctor.generation, job.bnb, job.bnb_quant_type)
     except GaudiConfigError as exc:
         findings = [exc.as_finding("bitsandbytes")]
-    if probe.version("bitsandbytes") is None:
+    if inventory.version("bitsandbytes") is None:
         missing = "bitsandbytes is not installed"
         findings.append(Finding("bitsandbytes", "warning", missing, "pip install bitsandbytes"))
     return findings
@@ -276,9 +278,9 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
 
 def check_hosts(doctor: Doctor) -> list[Finding]:
     """Are torch, Transformers and Accelerate tested releases; did an adapter stay out?"""
-    from hpu_plugin.diagnostics import support
+    from hpu_plugin.diagnostics import releases
 
-    found = support.findings(support.report())
+    found = releases.findings(releases.report())
     # An "ok" only where the plugin is at work: otherwise the first thing to read is why not.
     active = doctor.activation.get("status") == "active"
     return [f for f in found if f.severity != "ok" or active]
@@ -383,9 +385,9 @@ def collect_doctor(job: Job) -> dict[str, Any]:
         listed = os.environ.get("HPU_PLUGIN_DISABLE", "")
         listed = "" if settings.is_off(listed) else listed
         os.environ["HPU_PLUGIN_DISABLE"] = ",".join(filter(None, [listed, *fatal]))
-    activation = probe.import_torch()
+    activation = inventory.import_torch()
     # after activation: the environment then holds the plugin's defaults
-    doctor = Doctor(probe.environ_with_defaults(), job, activation)
+    doctor = Doctor(inventory.environ_with_defaults(), job, activation)
     findings = first + [f for rule in RULES for f in rule(doctor) if _credible(doctor, f)]
     errors = sum(f.severity == "error" for f in findings)
     return {

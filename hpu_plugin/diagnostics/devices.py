@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hpu_plugin.diagnostics import probe
+from hpu_plugin.diagnostics import inventory
 
 
 def _rows() -> tuple[list[dict[str, str]], str | None, str]:
@@ -15,13 +15,13 @@ def _rows() -> tuple[list[dict[str, str]], str | None, str]:
     why there are none."""
     from hpu_plugin.gaudi import hlsmi
 
-    answer = probe.query_hlsmi(hlsmi.DEVICE_FIELDS)
+    answer = inventory.query_hlsmi(hlsmi.DEVICE_FIELDS)
     if answer.rows is None and not answer.missing and not answer.timed_out:
-        answer = probe.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
+        answer = inventory.query_hlsmi(hlsmi.INDEX_MODULE_FIELDS)
     if answer.rows is not None:
         return answer.rows, "hl-smi", answer.reason
-    if probe.device_available():
-        count = probe.hpu_module().device_count()
+    if inventory.device_available():
+        count = inventory.hpu_module().device_count()
         return [{"index": str(i)} for i in range(count)], "torch.hpu", answer.reason
     return [], None, answer.reason
 
@@ -49,13 +49,13 @@ def collect_devices() -> dict[str, Any]:
     from hpu_plugin.gaudi import visibility
     from hpu_plugin.gaudi.errors import GaudiConfigError
 
-    probe.import_torch()
+    inventory.import_torch()
     result: dict[str, Any] = {"devices": [], "source": None, "message": "", "group": None}
     rows, result["source"], reason = _rows()
     if not rows:
         result["message"] = (
-            probe.no_gaudi_reason()
-            if not probe.gaudi_expected()
+            inventory.no_gaudi_reason()
+            if not inventory.gaudi_expected()
             else f"No Gaudi device found ({reason})."
         )
     elif result["source"] != "hl-smi" and reason:
@@ -65,7 +65,7 @@ def collect_devices() -> dict[str, Any]:
         visible_error = ""
     except GaudiConfigError as exc:
         visible, visible_error = None, str(exc)
-    fallback_name = probe.device_name() if rows and "name" not in rows[0] else ""
+    fallback_name = inventory.device_name() if rows and "name" not in rows[0] else ""
     devices = [_device(row, fallback_name, visible) for row in rows]
     devices.sort(key=lambda d: (d["index"] is None, d["index"] or 0))
     result["devices"] = devices

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import __version__
-from hpu_plugin.diagnostics import probe
+from hpu_plugin.diagnostics import inventory
 from hpu_plugin.gaudi import migration
 from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
 from hpu_plugin.patching import this_process
@@ -29,14 +29,14 @@ def _versions() -> dict[str, str | None]:
     return {
         "hpu-plugin": __version__,
         "python": sys.version.split()[0],
-        "torch": probe.version("torch"),
-        "transformers": probe.version("transformers"),
-        "accelerate": probe.version("accelerate"),
-        "pluggy": probe.version("pluggy"),
+        "torch": inventory.version("torch"),
+        "transformers": inventory.version("transformers"),
+        "accelerate": inventory.version("accelerate"),
+        "pluggy": inventory.version("pluggy"),
         # the emulator presents a habana-torch-plugin of its own: not the real software
         "gaudi_software": "emulated"
-        if probe.emulation_requested() and not probe.gaudi_software()
-        else probe.version(GAUDI_DISTRIBUTION),
+        if inventory.emulation_requested() and not inventory.gaudi_software()
+        else inventory.version(GAUDI_DISTRIBUTION),
     }
 
 
@@ -90,7 +90,7 @@ def _present(needs: str) -> bool:
 
 def _fast_paths(registry: Any) -> dict[str, dict[str, str]]:
     """Each of Gaudi's fast paths: on or off as the hook answers now, and its switch."""
-    from hpu_plugin.gaudi.fast_paths import FAST_PATHS
+    from hpu_plugin.fast_paths.decisions import FAST_PATHS
 
     return {
         path.name: {
@@ -111,19 +111,19 @@ def _import_time_compiles() -> int:
 
 
 def collect_info() -> dict[str, Any]:
-    activation = probe.import_torch()
-    environ = probe.environ_with_defaults()
-    from hpu_plugin.diagnostics import support  # tested, untested, out of range; adapters left out
+    activation = inventory.import_torch()
+    environ = inventory.environ_with_defaults()
+    from hpu_plugin.diagnostics import releases  # tested, untested, out of range; adapters left out
 
     info: dict[str, Any] = {
         "versions": _versions(),
-        "support": support.report(),
-        "gaudi": probe.gaudi_expected(),
-        "emulated": probe.emulation_requested() and not probe.gaudi_software(),
+        "support": releases.report(),
+        "gaudi": inventory.gaudi_expected(),
+        "emulated": inventory.emulation_requested() and not inventory.gaudi_software(),
         "activation": activation,
-        "mode": probe.mode_text(environ),
+        "mode": inventory.mode_text(environ),
         "available": False,
-        "message": "" if probe.gaudi_expected() else probe.no_gaudi_reason(),
+        "message": "" if inventory.gaudi_expected() else inventory.no_gaudi_reason(),
         "import_time_compiles": _import_time_compiles(),
         "patched": this_process.made(),
         "gpu_migration": migration.state(environ),
@@ -142,10 +142,10 @@ def collect_info() -> dict[str, Any]:
         name: {"status": r.status, "distribution": r.distribution, "hooks": list(r.hooks)}
         for name, r in registry.records.items()
     }
-    info["hooks"] = {hook: registry.call_order(hook) for hook in probe.HOOKS}
-    info["hook_kinds"] = {hook: registry.call_order_detail(hook) for hook in probe.HOOKS}
+    info["hooks"] = {hook: registry.call_order(hook) for hook in inventory.HOOKS}
+    info["hook_kinds"] = {hook: registry.call_order_detail(hook) for hook in inventory.HOOKS}
     info["decisions"] = {}
-    if probe.gaudi_expected():
+    if inventory.gaudi_expected():
         info["available"], info["decisions"] = _decisions(registry)
         if info["available"]:
             info["fast_paths"] = _fast_paths(registry)

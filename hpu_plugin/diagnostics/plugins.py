@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpu_plugin.diagnostics.probe import HOOKS, import_torch
+from hpu_plugin.diagnostics.inventory import HOOKS, import_torch
 
 
 def collect_plugins() -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from hpu_plugin import __version__, state
-from hpu_plugin.diagnostics import probe
+from hpu_plugin.diagnostics import inventory
 from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
 
 
@@ -22,14 +22,14 @@ def gaudi_summary() -> dict[str, str]:
             "hpu-plugin version": __version__,
             # the emulator presents a habana-torch-plugin of its own: not the real software
             "Gaudi software": "emulated"
-            if probe.emulation_requested() and not probe.gaudi_software()
-            else probe.version(GAUDI_DISTRIBUTION) or "not installed",
+            if inventory.emulation_requested() and not inventory.gaudi_software()
+            else inventory.version(GAUDI_DISTRIBUTION) or "not installed",
             "hpu-plugin status": f"{state['status']} ({state['reason']})",
-            "Gaudi mode": probe.mode_text(probe.environ_with_defaults()),
+            "Gaudi mode": inventory.mode_text(inventory.environ_with_defaults()),
             "HABANA_VISIBLE_MODULES": os.environ.get("HABANA_VISIBLE_MODULES", "unset"),
         }
-        if probe.device_available():
-            hpu = probe.hpu_module()
+        if inventory.device_available():
+            hpu = inventory.hpu_module()
             summary["Gaudi devices"] = str(hpu.device_count())
             summary["Gaudi generation"] = str(hpu.get_device_name())
         return summary

@@ -14,22 +14,30 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from hpu_plugin.patching import this_process
 from hpu_plugin.registry import Registry
+
+if TYPE_CHECKING:
+    from hpu_plugin.patching import Patches
 
 log = logging.getLogger("hpu_plugin")
 
 _lock = threading.Lock()
 
 
-def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None) -> None:
+def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None,
+            fast_paths: Callable[[Registry, Patches], None] | None = None) -> None:
     """Install the adapters once per process, into ``this_process.hosts``; never raises.
 
-    With a device ready every adapter is installed. Without one (a plugin hid Gaudi, or
-    the Gaudi software is present with no device) only the availability answers are, so
-    the hosts' own HPU branches follow the registry and stay off. ``summary`` is what the
-    hosts' ``env`` commands add (``diagnostics.summary.gaudi_summary``; none without it).
+    With a device ready every adapter is installed, and then ``fast_paths`` (activation
+    gives ``hpu_plugin.fast_paths.install``, which builds on the adapters: they cannot
+    import it) with the same ``Patches``, so that one undo takes back both. Without a device
+    (a plugin hid Gaudi, or the Gaudi software is present with no device) only the
+    availability answers are, so the hosts' own HPU branches follow the registry and stay
+    off. ``summary`` is what the hosts' ``env`` commands add
+    (``diagnostics.summary.gaudi_summary``; none without it).
     """
     with _lock:
         if this_process.hosts_installed:
@@ -51,14 +59,9 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             available = registry.device_available()
             if available:
                 torch_adapter.install(registry, patches)
-                from hpu_plugin.hosts import shape_buckets, trainer_buckets
-
-                shape_buckets.install(registry, patches)
                 transformers_adapter.keep_gaudi_workarounds(patches)
-                trainer_buckets.install(registry, patches)
-                from hpu_plugin.hosts import fast_paths
-
-                fast_paths.install(registry, patches)
+                if fast_paths is not None:
+                    fast_paths(registry, patches)
             transformers_adapter.install(registry, patches, available)
             accelerate_adapter.install(registry, patches, available)
             peft_adapter.install(registry, patches, available)

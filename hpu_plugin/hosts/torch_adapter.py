@@ -162,7 +162,7 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
 
     A backend the caller named is kept, but still shown to the hooks first so that one
     that cannot work on Gaudi is refused before any process waits on a collective. An
-    ``hccl`` group is then checked across ranks (:mod:`hpu_plugin.hosts.preflight`).
+    ``hccl`` group is then checked across ranks (:mod:`hpu_plugin.hosts.preflight_store`).
     """
 
     @functools.wraps(original)
@@ -175,7 +175,7 @@ def make_init_process_group(registry: Registry, original: Callable[..., Any]) ->
             else:
                 kwargs["backend"] = chosen
         if (chosen or requested) == "hccl":
-            from hpu_plugin.hosts.preflight import init_with_preflight
+            from hpu_plugin.hosts.preflight_store import init_with_preflight
 
             return init_with_preflight(registry, original, args, kwargs)
         return original(*args, **kwargs)

@@ -78,3 +78,42 @@ def test_hooks_only_add_text_defaults_and_the_users_variables_stay(monkeypatch, 
     finally:
         this_process.environment.undo()
     assert "HPU_TEST_NEW" not in os.environ
+
+
+class _Layer:
+    def forward(self) -> str:
+        return "class"
+
+
+def test_an_objects_own_attributes_are_undone_and_the_object_is_held_weakly() -> None:
+    import gc
+    import types
+    import weakref
+
+    patches = Patches()
+    layers = [_Layer(), _Layer()]
+    own = types.MethodType(lambda self: "its own", layers[1])
+    layers[1].forward = own
+    for layer in layers:
+        patches.set_on_instance(layer, "forward", types.MethodType(lambda self: "ours", layer))
+    assert [layer.forward() for layer in layers] == ["ours", "ours"]
+    assert patches.made == ["_Layer.forward of each object given it"]  # once, for both
+    gone = _Layer()
+    patches.set_on_instance(gone, "forward", types.MethodType(lambda self: "ours", gone))
+    freed = weakref.ref(gone)
+    del gone, own
+    gc.collect()
+    assert freed() is None  # patching an object does not keep it alive
+    patches.undo()
+    assert "forward" not in vars(layers[0])
+    assert [layer.forward() for layer in layers] == ["class", "its own"]
+    assert patches.made == []
+
+
+def test_an_object_change_with_its_own_undo() -> None:
+    patches = Patches()
+    layer = _Layer()
+    patches.set_on_instance(layer, "kept", 1, restore=lambda obj: setattr(obj, "kept", 0))
+    assert layer.kept == 1  # type: ignore[attr-defined]
+    patches.undo()
+    assert layer.kept == 0  # type: ignore[attr-defined]

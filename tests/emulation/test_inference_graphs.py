@@ -89,7 +89,7 @@ result["not_taken"] = {"train": train_mode["compiled_graphs"],
                        "sliding": sliding["compiled_graphs"],
                        "sliding_same": sliding_on == sliding_off}
 
-# Transformers 5's loop given as a callable (hosts/decoding_loop.py): a row that ends early,
+# Transformers 5's loop given as a callable (fast_paths/decoding_loop.py): a row that ends early,
 # and a logits processor the loop does not compute (Transformers' own loop runs then)
 torch.manual_seed(0)
 model = MODELS["llama"]().to("hpu").eval()

@@ -16,7 +16,7 @@ import logging
 import pytest
 
 from hpu_plugin import guard
-from hpu_plugin.hosts.shape_buckets import buckets
+from hpu_plugin.fast_paths.decisions import buckets
 from hpu_plugin.registry import Registry, Selection
 
 HEADER = "from hpu_plugin.hookspecs import DeviceProperties, hookimpl\n\n"

@@ -78,7 +78,7 @@ def test_ascending_is_strictly_ascending_positive_or_named_refusal(raw):
                                  ",", "9" * 40])
 def test_hostile_bucket_sizes_are_refused_naming_the_variable(raw):
     from hpu_plugin.hookspecs import Refusal
-    from hpu_plugin.plugins import shapes
+    from hpu_plugin.plugins import bucket_sizes as shapes
 
     with pytest.raises(Refusal, match=r"HPU_PLUGIN_BUCKETS_LENGTH=.*accepted: strictly"):
         shapes.buckets("length", 2048, {"HPU_PLUGIN_BUCKETS_LENGTH": raw})

@@ -7,7 +7,7 @@ import pytest
 
 from hpu_plugin import machine, registry
 from hpu_plugin.gaudi.errors import GaudiConfigError
-from hpu_plugin.plugins import compile as compile_plugin
+from hpu_plugin.plugins import compile_backend as compile_plugin
 from hpu_plugin.plugins import ddp as ddp_plugin
 
 

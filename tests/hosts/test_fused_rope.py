@@ -11,7 +11,7 @@ import importlib
 import pytest
 from processes import TRAINING_ROWS, emulated, result_of, run_python
 
-from hpu_plugin.hosts import fused_rope
+from hpu_plugin.fast_paths import fused_rope
 
 SCRIPT = TRAINING_ROWS + r"""
 import json, os

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from processes import emulated, result_of, run_python
 
-from hpu_plugin.hosts import inference_graphs
+from hpu_plugin.fast_paths import inference_graphs
 
 
 def _tiny_llama() -> object:
@@ -62,7 +62,7 @@ LOOP = """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from hpu_emulator import counters
-    from hpu_plugin.hosts import decoding_loop
+    from hpu_plugin.fast_paths import decoding_loop
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=2, num_attention_heads=4,
@@ -101,3 +101,34 @@ def test_the_fixed_shape_loop_where_the_host_takes_one_gives_transformers_tokens
         assert same, (name, result)  # greedy tokens identical, also a row ended early
         if expected is not None and name != "eos":  # ten tokens; the eos run ends after 3
             assert on < 0.25 * off, (name, result)  # a token: one graph run
+
+
+def test_the_decoding_loop_gate_on_each_entry_of_the_version_matrix() -> None:
+    """By the Transformers version alone: the oldest entry (4.51) takes no loop as a callable,
+    the middle one (4.57) speaks 4.x's API, the newest 5.x's; a release outside the span of
+    the tested ones, or unreadable, gets no loop."""
+    from hpu_plugin.fast_paths.decoding_loop import loop_api
+    from hpu_plugin.hosts.support import MATRIX
+
+    expected = {"oldest": None, "middle": "4", "newest": "5"}
+    assert {entry.name: loop_api(entry.transformers) for entry in MATRIX} == expected
+    assert [loop_api(v) for v in ("4.56.2", "4.57.0.dev0", "6.0.0", "not-a-version")] == [
+        None, None, None, None]
+
+
+def test_the_installed_transformers_has_what_its_gate_promises() -> None:
+    """The gate stands for what was read from the host: where it says a loop is taken,
+    ``generate()`` takes a callable (its own check of ``custom_generate``) and has every
+    method the loop stands in for."""
+    import inspect
+
+    import transformers
+    from transformers.generation.utils import GenerationMixin
+
+    from hpu_plugin.fast_paths import decoding_loop
+
+    gate = decoding_loop.loop_api(transformers.__version__)
+    takes_callable = "isinstance(custom_generate, Callable)" in inspect.getsource(
+        inspect.unwrap(GenerationMixin.generate))
+    assert takes_callable == (gate is not None)
+    assert decoding_loop.api() == gate

@@ -10,7 +10,7 @@ import torch.distributed as dist
 
 from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.preflight import PreflightError
-from hpu_plugin.hosts import preflight
+from hpu_plugin.hosts import preflight_store as preflight
 from hpu_plugin.registry import Registry, Selection
 
 

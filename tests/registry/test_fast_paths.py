@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpu_plugin.gaudi.fast_paths import FAST_PATHS
+from hpu_plugin.fast_paths.decisions import FAST_PATHS
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.registry import Registry, Selection
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from hpu_plugin.gaudi.shapes import bucket_for, default_buckets
+from hpu_plugin.gaudi.shape_buckets import bucket_for, default_buckets
 from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.plugins import shapes
+from hpu_plugin.plugins import bucket_sizes as shapes
 from hpu_plugin.registry import ENTRY_POINT_GROUP, Registry, Selection, discover
 
 

@@ -26,6 +26,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
@@ -179,7 +180,7 @@ def make_rope(registry: Registry, function: Callable[..., Any]) -> Callable[...,
         if not _rope_fits(q, k, cos, sin, rest, kwargs):
             return function(q, k, cos, sin, *rest, **kwargs)
         helper = _helper()
-        if helper is None or not registry.fast_path("fused_rope", {"module": module}):
+        if helper is None or not take(registry, "fused_rope", {"module": module}):
             return function(q, k, cos, sin, *rest, **kwargs)
         return fused_rope(helper, q, k, cos, sin)
 
@@ -211,8 +212,8 @@ def fuse_rope(registry: Registry, patches: Patches, model: Any) -> list[str]:
         return []
     unbound = [sys.modules[name] for name in _modules_of(model)
                if name in sys.modules and not is_ours(vars(sys.modules[name]).get(NAME))]
-    if not unbound or _helper() is None or not registry.fast_path(
-            "fused_rope", {"model": getattr(getattr(model, "config", None), "model_type", "")}):
+    model_type = getattr(getattr(model, "config", None), "model_type", "")
+    if not unbound or _helper() is None or not take(registry, "fused_rope", {"model": model_type}):
         return []
     rebound = []
     with _rebinding:  # two threads starting work at once must not wrap a module twice

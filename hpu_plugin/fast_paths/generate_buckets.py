@@ -31,8 +31,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from hpu_plugin import importhook
-from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts import decoding_loop, inference_graphs
+from hpu_plugin.fast_paths import decoding_loop, inference_graphs
+from hpu_plugin.fast_paths.decisions import BUCKETS, buckets
+from hpu_plugin.gaudi.shape_buckets import bucket_for
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -41,7 +42,7 @@ log = logging.getLogger("hpu_plugin")
 
 HOST = "transformers"
 DEVICE_TYPE = "hpu"
-SWITCH = "HPU_PLUGIN_BUCKETS"
+SWITCH = BUCKETS
 #: Dynamo's default number of graphs per function, and ours while bucketed work runs.
 DYNAMO_RECOMPILE_LIMIT = 8
 STATIC_RECOMPILE_LIMIT = 64
@@ -97,12 +98,6 @@ def max_positions(model: Any) -> int | None:
         config = config.get_text_config()
     value = getattr(config, "max_position_embeddings", None)
     return value if isinstance(value, int) and value > 0 else None
-
-
-def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
-    """The registry's buckets (the guard refuses, naming the plugin, any that are not
-    ascending positive sizes); none when no plugin has an opinion."""
-    return registry.shape_buckets(kind, limit) or ()
 
 
 # -- the compilation counter ----------------------------------------------------------------

@@ -8,13 +8,13 @@ static key-value cache and a ``compile_config``, ``generate()`` compiles the mod
 the decoding steps (``get_compiled_call``) and runs the prefill eagerly; it takes it only on
 the devices it lists (``_valid_auto_compile_criteria``) unless the config says
 ``_compile_all_devices``. This adapter asks for exactly that, and the shape buckets
-(``shape_buckets``) pad the prompt, the batch and the static cache to buckets, so that the
+(``generate_buckets``) pad the prompt, the batch and the static cache to buckets, so that the
 decoding steps have one graph per bucket.
 
 Taken only for a model on ``hpu`` in eval mode that is not compiled, where
 the user chose nothing about compilation or the cache (``compile_config``,
 ``disable_compile``, ``cache_implementation``, a cache object: their choice wins), and where
-the buckets can pad the call without changing its result (``shape_buckets.plan_generate``).
+the buckets can pad the call without changing its result (``generate_buckets.plan_generate``).
 Each model keeps at most ``HPU_PLUGIN_GRAPHS_MAX`` graphs (one per bucket, default 8);
 a call that would need another runs as before, eagerly, with a warning once.
 
@@ -37,7 +37,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from hpu_plugin import settings
-from hpu_plugin.gaudi.fast_paths import GRAPHS_MAX, GRAPHS_MAX_DEFAULT
+from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, GRAPHS_MAX_DEFAULT, take
 from hpu_plugin.patching import stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -53,7 +53,7 @@ CHOICES = ("compile_config", "disable_compile", "cache_implementation")
 KEYS = "_hpu_plugin_graph_keys"
 REFUSED = "_hpu_plugin_graphs_refused"
 LOCK = "_hpu_plugin_graphs_lock"
-SWITCH = "HPU_PLUGIN_FAST_GRAPHS"
+SWITCH = BY_NAME[NAME].setting
 
 
 def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
@@ -65,7 +65,7 @@ def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
 
 
 def _lazy() -> bool:
-    from hpu_plugin.hosts.fused_training import _lazy
+    from hpu_plugin.fast_paths.fused_training import _lazy
 
     return _lazy()
 
@@ -187,7 +187,7 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
         return None
     model_type = getattr(getattr(model, "config", None), "model_type", "")
-    if not registry.fast_path(NAME, {"model": model_type, "mode": mode}):
+    if not take(registry, NAME, {"model": model_type, "mode": mode}):
         return None
     return mode
 

@@ -28,6 +28,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, is_ours, original_of, ours, stay_out
 from hpu_plugin.registry import Registry
@@ -182,13 +183,14 @@ def amp_scaled(optimizer: Any) -> bool:
     return True
 
 
-def fuse(registry: Registry, optimizer: Any) -> bool:
-    """Make ``optimizer.step`` the fused kernel where it fits and the hook agrees."""
+def fuse(registry: Registry, patches: Patches, optimizer: Any) -> bool:
+    """Make ``optimizer.step`` the fused kernel where it fits and the hook agrees (through
+    ``patches``: undoing the plugin gives the optimizer its own step again)."""
     if is_ours(vars(optimizer).get("step")):
         return True
     kind = _fits(optimizer)
-    if kind is None or not registry.fast_path(
-            "fused_optimizer", {"optimizer": type(optimizer).__name__}):
+    if kind is None or not take(
+            registry, "fused_optimizer", {"optimizer": type(optimizer).__name__}):
         return False
     original = optimizer.step
     fused = STEPS[kind]
@@ -214,10 +216,11 @@ def fuse(registry: Registry, optimizer: Any) -> bool:
         self._opt_called = True  # what an LR scheduler's wrapper of step records
         return hooked(self, closure)
 
+    step.plain = original  # type: ignore[attr-defined]  # what keep_under_scaler gives back
     if getattr(original, "_wrapped_by_lr_sched", False):  # step records its call, as before
         step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
     # a bound method, as the step it replaces: LR schedulers wrap ``step.__func__``
-    optimizer.step = types.MethodType(ours(step), optimizer)
+    patches.set_on_instance(optimizer, "step", types.MethodType(ours(step), optimizer))
     return True
 
 
@@ -256,8 +259,9 @@ def install_optimizer(registry: Registry, patches: Patches, module: types.Module
     def __init__(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         original(self, optimizer, *args, **kwargs)
         try:
-            if fuse(registry, self.optimizer) and getattr(self, "scaler", None) is not None:
-                keep_under_scaler(self, patch_step)
+            if fuse(registry, patches, self.optimizer) and getattr(
+                    self, "scaler", None) is not None:
+                keep_under_scaler(patches, self, patch_step)
         except Exception as exc:  # a fast path: never break the user's optimizer
             say_once("fused-optimizer-failed", logging.WARNING,
                      "hpu_plugin: the fused optimizer is off: %r", exc)
@@ -265,16 +269,28 @@ def install_optimizer(registry: Registry, patches: Patches, module: types.Module
     patches.set(cls, "__init__", ours(__init__))
 
 
-def keep_under_scaler(accelerated: Any, patch_step: Callable[..., Any] | None) -> None:
+def keep_under_scaler(patches: Patches, accelerated: Any,
+                      patch_step: Callable[..., Any] | None) -> None:
     """With a gradient scaler (fp16), Accelerate keeps the step it found at its ``__init__``
     (before the fused one was set) and puts it back after every scaled step: it is told
     the fused one instead. Where its names moved, torch's step is left to it."""
     if patch_step is None or not hasattr(accelerated, "_optimizer_original_step_method"):
         stay_out(HOST, ADAPTER, "AcceleratedOptimizer._optimizer_original_step_method")
         return
-    accelerated._optimizer_original_step_method = accelerated.optimizer.step
-    accelerated._optimizer_patched_step_method = patch_step(accelerated,
-                                                            accelerated.optimizer.step)
+
+    def steps(accelerated: Any, step: Any) -> None:
+        accelerated._optimizer_original_step_method = step
+        accelerated._optimizer_patched_step_method = patch_step(accelerated, step)
+
+    def give_back(accelerated: Any) -> None:  # what Accelerate's __init__ kept: torch's step
+        plain = getattr(accelerated._optimizer_original_step_method, "plain", None)
+        if plain is not None:
+            steps(accelerated, plain)
+
+    # both names in one: the old methods refer to ``accelerated`` (Patches must hold it weakly)
+    patches.set_on_instance(accelerated, "_optimizer_original_step_method",
+                            accelerated.optimizer.step, restore=give_back)
+    steps(accelerated, accelerated.optimizer.step)
 
 
 def install_clip(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -288,8 +304,8 @@ def install_clip(registry: Registry, patches: Patches, module: types.ModuleType)
     @functools.wraps(original)
     def clip_grad_norm_(self: Any, parameters: Any, max_norm: float, norm_type: float = 2) -> Any:
         kind = str(getattr(self.distributed_type, "value", self.distributed_type))
-        if kind in plain and float(norm_type) == 2.0 and registry.fast_path(
-                "fused_clip_norm", {"distributed_type": kind}):
+        if kind in plain and float(norm_type) == 2.0 and take(
+                registry, "fused_clip_norm", {"distributed_type": kind}):
             parameters = list(parameters)
             grads = clip_grads(parameters)
             if grads is not None:

@@ -26,9 +26,15 @@ import functools
 import inspect
 from typing import Any
 
+from hpu_plugin.hosts.support import release_key, tested_releases
 from hpu_plugin.patching import host_version, record_out
 
 BACKEND = "hpu_backend"
+#: The first Transformers whose ``generate()`` takes a decoding loop as a callable
+#: (``custom_generate=<callable>``): of the version matrix (``hosts.support.MATRIX``) 4.57.6
+#: does, 4.51.3 does not. Above the major of the newest tested release the loop stays out:
+#: nobody has seen what its ``generate()`` hands a loop.
+CALLABLE_LOOP_SINCE = "4.57"
 #: model_kwargs the loop knows what to do with, by Transformers' API; any other runs
 #: Transformers' loop. 5.x makes position ids in generate(); 4.57 in each step.
 KNOWN_KWARGS = {"5": frozenset({"attention_mask", "position_ids", "cache", "use_cache",
@@ -81,26 +87,36 @@ def synced(model: Any) -> bool:
     return bool(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model))
 
 
+def loop_api(version: str) -> str | None:
+    """Which API a Transformers release speaks to the loop, by its version alone: ``"5"``,
+    ``"4"`` (4.57 and later 4.x), or None (before 4.57, a major above the newest tested,
+    or a version that cannot be read)."""
+    key, since = release_key(version), release_key(CALLABLE_LOOP_SINCE)
+    newest = release_key(tested_releases("transformers")[-1])
+    if key is None or since is None or newest is None or key < since or (
+            key[0][0] > newest[0][0]):
+        return None
+    return "5" if key[0][0] >= 5 else "4"
+
+
 @functools.cache
 def api() -> str | None:
     """Which Transformers the loop speaks to: ``"5"`` (a forward takes ``cache=``, static
     layers keep their fill level in a tensor), ``"4"`` (4.57: ``past_key_values=`` and a
     ``cache_position`` from the loop), or None where ``generate()`` takes no loop as a
-    callable (4.51) or a method the loop stands in for is missing."""
+    callable (4.51, by the installed version: :func:`loop_api`) or a method the loop stands
+    in for is missing."""
+    version = loop_api(host_version("transformers"))
+    if version is None:
+        return None
     try:
         from transformers.cache_utils import StaticLayer
         from transformers.generation import utils
     except Exception:
         return None
     mixin = utils.GenerationMixin
-    try:
-        source = inspect.getsource(inspect.unwrap(mixin.generate))
-    except (OSError, TypeError):
+    if not isinstance(StaticLayer, type) or not callable(getattr(mixin, "_sample", None)):
         return None
-    if "isinstance(custom_generate, Callable)" not in source or not isinstance(
-            StaticLayer, type) or not callable(getattr(mixin, "_sample", None)):
-        return None
-    version = "5" if "cache" in getattr(utils, "ALL_CACHE_NAMES", ()) else "4"
     if version == "5" and "cumulative_length" not in getattr(StaticLayer, "__annotations__", {}):
         return None
     return version if all(callable(getattr(mixin, name, None))

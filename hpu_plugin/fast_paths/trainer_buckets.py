@@ -32,22 +32,21 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook, settings
-from hpu_plugin.gaudi.shapes import bucket_for
-from hpu_plugin.hosts.shape_buckets import (
+from hpu_plugin.fast_paths.decisions import buckets, buckets_off_by
+from hpu_plugin.fast_paths.generate_buckets import (
     DEVICE_TYPE,
     HOST,
     SWITCH,
     WARN_AFTER,
-    buckets,
     compilations,
     is_compiled,
     max_positions,
     static_graphs,
 )
+from hpu_plugin.gaudi.shape_buckets import bucket_for
 from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
-from hpu_plugin.settings import OFF_WORDS
 
 log = logging.getLogger("hpu_plugin")
 
@@ -212,7 +211,7 @@ def _length_column(trainer: Any, dataset: Any) -> list[int] | None:
     return list(dataset[name]) if names and name in names else None
 
 
-def group_rows(trainer: Any) -> None:
+def group_rows(patches: Patches, trainer: Any) -> None:
     """Make the Trainer's default random sampler batch rows of similar length.
 
     Only the default: a sampler the user chose (``group_by_length``, sequential, their own
@@ -242,7 +241,7 @@ def group_rows(trainer: Any) -> None:
         batch = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
         return BucketGroupedSampler(dataset, batch, name, column)
 
-    trainer._get_train_sampler = ours(_get_train_sampler)
+    patches.set_on_instance(trainer, "_get_train_sampler", ours(_get_train_sampler))
 
 
 # -- the recompilation warning --------------------------------------------------------------
@@ -356,7 +355,8 @@ def _trainer_pad_token(trainer: Any) -> int:
     return 0
 
 
-def _bucket_collator(registry: Registry, trainer: Any) -> tuple[str | None, tuple[int, ...]]:
+def _bucket_collator(registry: Registry, patches: Patches,
+                     trainer: Any) -> tuple[str | None, tuple[int, ...]]:
     """Wrap the collator unless the user decided the lengths; say why not, or None."""
     limit = max_positions(trainer.model)
     sizes = buckets(registry, "length", limit)
@@ -367,32 +367,30 @@ def _bucket_collator(registry: Registry, trainer: Any) -> tuple[str | None, tupl
     if choice is not None:
         return choice, sizes
     if not sizes:
-        for name in (SWITCH, f"{SWITCH}_LENGTH"):
-            raw = os.environ.get(name, "")
-            if raw.strip().lower() in OFF_WORDS:
-                return f"{name}={raw} is set", sizes
-        return "the hpu_shape_buckets hook returned no length buckets", sizes
-    trainer.data_collator = BucketingCollator(
-        collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)
-    )
+        why = buckets_off_by("length")
+        return why or "the hpu_shape_buckets hook returned no length buckets", sizes
+    patches.set_on_instance(trainer, "data_collator", BucketingCollator(
+        collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)))
     return None, sizes
 
 
-def bucket_trainer(registry: Registry, trainer: Any) -> None:
+def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     """For a model compiled for Gaudi: bucket the collator's batches where the user left the
-    padding to us, and watch every step for recompilations."""
+    padding to us, and watch every step for recompilations (each change to the Trainer
+    through ``patches``)."""
     args = trainer.args
     compiled = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
     if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
         return
-    why, sizes = _bucket_collator(registry, trainer)
+    why, sizes = _bucket_collator(registry, patches, trainer)
     if why is None:
-        group_rows(trainer)
+        group_rows(patches, trainer)
     explain = _explainer(trainer, why, sizes)
     for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):
         step = getattr(trainer, name, None)
         if callable(step) and not is_ours(step):
-            setattr(trainer, name, _watched(step, StepWatch(where, explain), why is None))
+            patches.set_on_instance(trainer, name,
+                                    _watched(step, StepWatch(where, explain), why is None))
 
 
 def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -405,7 +403,7 @@ def install_trainer(registry: Registry, patches: Patches, module: types.ModuleTy
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         try:
-            bucket_trainer(registry, self)
+            bucket_trainer(registry, patches, self)
         except settings.SettingError:
             raise  # a bad value of a setting: the user's to fix, before training starts
         except Exception as exc:  # bucketing is an optimisation: never break the Trainer

@@ -1,5 +1,5 @@
 """Transformers models on Gaudi: attention by hpex ``FusedSDPA``, RMSNorm by ``FusedRMSNorm``,
-rotary embeddings by the hpex rotary helper (:mod:`hpu_plugin.hosts.fused_rope`).
+rotary embeddings by the hpex rotary helper (:mod:`hpu_plugin.fast_paths.fused_rope`).
 
 Attention goes through Transformers' own registry: every model with ``attn_implementation=
 "sdpa"`` (the default) asks ``AttentionInterface`` for ``"sdpa"`` at each call, so the entry
@@ -24,8 +24,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths import fused_rope
+from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.hosts import fused_rope
 from hpu_plugin.patching import Patches, is_ours, ours, stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -101,8 +102,8 @@ def make_attention(registry: Registry, original: Callable[..., Any]) -> Callable
                                **kwargs: Any) -> tuple[Any, None]:
         fits = _fits(query, key, value, attention_mask, dropout, kwargs)
         fused = _fused_sdpa() if fits else None
-        if fused is None or not registry.fast_path(
-                "fused_sdpa", {"model": type(module).__name__}):
+        if fused is None or not take(
+                registry, "fused_sdpa", {"model": type(module).__name__}):
             return original(module, query, key, value, attention_mask, dropout=dropout,
                             scaling=scaling, is_causal=is_causal, **kwargs)
         return fused_attention(fused, module, query, key, value, attention_mask, scaling,
@@ -158,22 +159,25 @@ def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     return weight * normed.to(hidden_states.dtype)
 
 
-def fuse_norms(registry: Registry, model: Any) -> int:
-    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it."""
-    if getattr(model, "_hpu_plugin_norms", None) is not None:
-        return int(model._hpu_plugin_norms)
+def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
+    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it.
+    Each layer's ``forward`` and the model's count go through ``patches``: undoing the plugin
+    gives the layers their class's ``forward`` again."""
+    if getattr(model, NORMS, None) is not None:
+        return int(getattr(model, NORMS))
     if _fused_rms_norm() is None:
         return 0
     norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
              and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
-    if norms and registry.fast_path("fused_rms_norm",
-                                    {"model": getattr(model.config, "model_type", "")}):
+    if norms and take(registry, "fused_rms_norm",
+                      {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
-            norm.forward = types.MethodType(ours(fused_rms_forward), norm)
+            patches.set_on_instance(norm, "forward", types.MethodType(ours(fused_rms_forward),
+                                                                      norm))
     else:
         norms = []
-    model._hpu_plugin_norms = len(norms)
+    patches.set_on_instance(model, NORMS, len(norms))
     return len(norms)
 
 
@@ -195,6 +199,8 @@ def install_attention(registry: Registry, patches: Patches, module: types.Module
 
 
 MARK = "_hpu_plugin_fused_norms"
+#: The model attribute that says how many of its norm layers were given the kernel.
+NORMS = "_hpu_plugin_norms"
 
 
 def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],
@@ -207,7 +213,7 @@ def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],
         try:
             model = model_of(self)
             if model is not None:
-                fuse_norms(registry, model)
+                fuse_norms(registry, patches, model)
         except Exception as exc:  # a fast path: never break the user's call
             say_once("fused-norms-failed", logging.WARNING,
                      "hpu_plugin: the fused RMSNorm is off: %r", exc)

@@ -1,7 +1,7 @@
 """Shape buckets: the sizes hosts pad prompts, batches and caches to on Gaudi.
 
 Each new shape of a compiled graph is a graph compilation on Gaudi (``hpu_plugin.gaudi.
-shapes``); padding the sizes that vary to a few buckets bounds them. This plugin only
+shape_buckets``); padding the sizes that vary to a few buckets bounds them. This plugin only
 decides the buckets (the hosts pad, where padding changes no result): the defaults from the
 Gaudi facts, or the user's settings.
 
@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping
 
 from hpu_plugin import settings
-from hpu_plugin.gaudi.shapes import KINDS, default_buckets
+from hpu_plugin.gaudi.shape_buckets import KINDS, default_buckets
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 SWITCH = "HPU_PLUGIN_BUCKETS"

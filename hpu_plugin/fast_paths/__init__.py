@@ -1,0 +1,41 @@
+"""Gaudi's fast paths for unchanged code: the kernels, graphs and static shapes that make
+Transformers and Accelerate fast on Gaudi without a change to the user's script.
+
+The host adapters (``hpu_plugin.hosts``) make the hosts work on ``hpu``; this layer makes
+them fast there, and is installed by them only with a device ready. Every feature asks one
+place whether it is on (:mod:`.decisions`, which asks the registry's ``hpu_fast_path`` and
+``hpu_shape_buckets`` hooks) and takes its path only where it gives the ordinary path's
+results:
+
+- :mod:`.generate_buckets` and :mod:`.trainer_buckets`: the shapes of ``generate()`` and of
+  ``Trainer`` batches padded to buckets, for compiled models;
+- :mod:`.fused_training`: the fused optimizer and clip-norm in Accelerate;
+- :mod:`.fused_modeling`: the fused attention (through Transformers' attention registry) and
+  RMSNorm kernels, with :mod:`.fused_rope` (the rotary kernel);
+- :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs.
+
+:mod:`.decisions` also says what each replaces and what turning it off costs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the package is imported with its ``decisions`` plugin: keep it light
+    from hpu_plugin.patching import Patches
+    from hpu_plugin.registry import Registry
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    """Register every fast path's post-import hooks (with a device ready)."""
+    from hpu_plugin.fast_paths import (
+        fused_modeling,
+        fused_training,
+        generate_buckets,
+        trainer_buckets,
+    )
+
+    generate_buckets.install(registry, patches)
+    trainer_buckets.install(registry, patches)
+    fused_training.install(registry, patches)
+    fused_modeling.install(registry, patches)
