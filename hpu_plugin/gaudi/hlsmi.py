@@ -102,9 +102,10 @@ def parse_csv(text: str, fields: Sequence[str] | None = None) -> list[dict[str, 
 
 def parse_int(value: str, field: str) -> int:
     """A non-negative integer cell; :class:`HlSmiError` otherwise."""
-    if not _INTEGER.fullmatch(value.strip()):
+    text = value.strip()  # str.strip takes control separators int() refuses, e.g. "\x1f"
+    if not _INTEGER.fullmatch(text):
         raise HlSmiError(f"hl-smi field {field} is not a non-negative integer: {value!r}")
-    return int(value)
+    return int(text)
 
 
 def parse_mib(value: str) -> int | None:

@@ -4,7 +4,7 @@ error, for any input; never another exception."""
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hpu_plugin.gaudi import environment, hlsmi, modes, selection, visibility
@@ -186,6 +186,7 @@ def test_generation_from_name(name):
 
 
 @given(st.text(max_size=12))
+@example("0\x1f")  # whitespace to str.strip, not to int()
 def test_parse_int(value):
     try:
         number = hlsmi.parse_int(value, "index")
