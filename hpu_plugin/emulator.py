@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from hpu_plugin.errors import HpuPluginError
+
 #: How to get the emulator, named in the error when it is missing.
 INSTALL = "pip install 'hpu-plugin[emulator]'"
 
 
-class EmulatorError(RuntimeError):
+class EmulatorError(HpuPluginError, RuntimeError):
     """The emulator cannot start (or is not installed); the message names cause and fix."""
 
 

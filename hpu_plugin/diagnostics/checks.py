@@ -14,7 +14,7 @@ from typing import Any
 
 from hpu_plugin import settings
 from hpu_plugin.diagnostics import inventory
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
 from hpu_plugin.gaudi.generations import DTYPE_NAMES as DTYPE_NAMES  # the CLI's --dtype
 from hpu_plugin.gaudi.generations import Generation

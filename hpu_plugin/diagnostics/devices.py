@@ -47,7 +47,7 @@ def _device(row: Mapping[str, str], fallback_name: str, visible: Any) -> dict[st
 
 def collect_devices() -> dict[str, Any]:
     from hpu_plugin.gaudi import visibility
-    from hpu_plugin.gaudi.errors import GaudiConfigError
+    from hpu_plugin.gaudi.config_error import GaudiConfigError
 
     inventory.import_torch()
     result: dict[str, Any] = {"devices": [], "source": None, "message": "", "group": None}
@@ -85,7 +85,7 @@ def collect_devices() -> dict[str, Any]:
 def group_status(chosen: Sequence[int], index_map: Mapping[int, int]) -> dict[str, Any]:
     """Would a job with one process per visible module work here?"""
     from hpu_plugin.gaudi import selection
-    from hpu_plugin.gaudi.errors import GaudiConfigError
+    from hpu_plugin.gaudi.config_error import GaudiConfigError
 
     size = len(chosen)
     status: dict[str, Any] = {"modules": list(chosen), "layout": selection.host_layout(index_map)}

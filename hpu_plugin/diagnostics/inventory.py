@@ -128,8 +128,8 @@ def mode_text(environ: Mapping[str, str]) -> str:
     """Lazy or eager, and who chose it; "none" without Gaudi (no default was applied)."""
     if not gaudi_expected():
         return "none (no Gaudi software, no emulation requested)"
+    from hpu_plugin.gaudi.config_error import GaudiConfigError
     from hpu_plugin.gaudi.environment import LAZY_MODE
-    from hpu_plugin.gaudi.errors import GaudiConfigError
     from hpu_plugin.gaudi.modes import mode
     from hpu_plugin.patching import environ_entry, this_process
 
@@ -146,7 +146,7 @@ def query_hlsmi(fields: Sequence[str]) -> Any:
     """``machine.query``; a bad ``HPU_PLUGIN_HLSMI_TIMEOUT`` becomes the answer's reason (a
     report, not a traceback; doctor also lists it as a finding with its fix)."""
     from hpu_plugin import machine
-    from hpu_plugin.gaudi.errors import GaudiConfigError
+    from hpu_plugin.gaudi.config_error import GaudiConfigError
 
     try:
         return machine.query(fields)

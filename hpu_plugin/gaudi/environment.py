@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, MutableMapping
 
 from hpu_plugin import settings
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 
 LAZY_MODE = "PT_HPU_LAZY_MODE"
 INT64 = "PT_ENABLE_INT64_SUPPORT"

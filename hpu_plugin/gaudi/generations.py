@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.environment import INT64, LAZY_MODE, parse_int64_support, parse_lazy_mode
-from hpu_plugin.gaudi.errors import GaudiConfigError
 from hpu_plugin.gaudi.findings import Finding
 
 

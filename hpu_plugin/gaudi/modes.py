@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.environment import LAZY_MODE, parse_lazy_mode
-from hpu_plugin.gaudi.errors import GaudiConfigError
 
 
 @dataclass(frozen=True)

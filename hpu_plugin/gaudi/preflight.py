@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi import selection
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.visibility import MODULES
 
 TIMEOUT_VARIABLE = "HPU_PLUGIN_PREFLIGHT_TIMEOUT"

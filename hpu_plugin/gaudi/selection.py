@@ -27,7 +27,7 @@ from typing import Literal
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.visibility import MAX_DEVICES, MODULE_ID, MODULES
 from hpu_plugin.reporting import say_once
 

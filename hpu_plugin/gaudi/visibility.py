@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 
 MODULES = "HABANA_VISIBLE_MODULES"
 DEVICES = "HABANA_VISIBLE_DEVICES"

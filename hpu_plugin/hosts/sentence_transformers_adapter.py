@@ -39,7 +39,7 @@ from typing import Any
 
 from hpu_plugin import importhook
 from hpu_plugin.gaudi import visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hosts.support import SENTENCE_TRANSFORMERS_TESTED, release_key
 from hpu_plugin.patching import (

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Generator, Mapping
 from typing import Any
 
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.generations import bitsandbytes_findings, generation_from_name
 from hpu_plugin.hookspecs import DeviceMap, hookimpl
 from hpu_plugin.reporting import say_once

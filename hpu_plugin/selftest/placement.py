@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from hpu_plugin.gaudi import selection, visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 
 
 class Placement:

@@ -10,9 +10,11 @@ import pickle
 
 import pytest
 
-from hpu_plugin.errors import Refusal, SettingError
+from hpu_emulator.errors import EmulationError
+from hpu_plugin.emulator import EmulatorError
+from hpu_plugin.errors import HpuPluginError, Refusal, SettingError
 from hpu_plugin.gaudi import environment, modes, preflight, selection, visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.switches import Selection
 
 MODULES = (environment, modes, preflight, selection, visibility)  # where the subclasses live
@@ -45,6 +47,14 @@ def test_a_gaudi_refusal_survives_pickle_with_its_fields(cls):
     assert back.__notes__ == ["raised by rank 2"]
     assert (back.variable, back.value, back.supported, back.fix, back.problem) == (
         error.variable, error.value, error.supported, error.fix, error.problem)
+
+
+@pytest.mark.parametrize("cls", [EmulationError, EmulatorError], ids=lambda cls: cls.__name__)
+def test_the_emulator_errors_are_the_plugins_and_survive_pickle(cls):
+    error = cls("HPU_PLUGIN_EMULATE='gaudi9' is not a Gaudi; fix: gaudi2 or gaudi3")
+    back = pickle.loads(pickle.dumps(error))
+    assert isinstance(back, HpuPluginError) and type(back) is cls
+    assert str(back) == str(error)
 
 
 def test_a_setting_error_survives_pickle_with_its_fields():

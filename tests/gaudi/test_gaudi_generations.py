@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hpu_plugin.gaudi import environment, generations, modes
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.generations import GAUDI, GAUDI2, GAUDI3
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from hpu_plugin import machine
 from hpu_plugin.gaudi import hlsmi
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.hlsmi import HlSmiError
 
 # The "Multiple Dockers" page (header, comma-space separators, unsorted rows).

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hpu_plugin import machine, registry
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.plugins import compile_backend as compile_plugin
 from hpu_plugin.plugins import ddp as ddp_plugin
 

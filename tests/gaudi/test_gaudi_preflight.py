@@ -6,7 +6,7 @@ import pytest
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi import preflight
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.preflight import PreflightError, compare
 
 

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hpu_plugin.gaudi import environment, hlsmi, modes, selection, visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.hlsmi import HlSmiError
 
 # Text biased towards what these variables hold, plus anything at all.

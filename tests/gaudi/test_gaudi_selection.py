@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from hpu_plugin.gaudi import hlsmi, selection
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.selection import PlacementError, check_distributed_job, job_from_environ
 from hpu_plugin.hookspecs import Refusal
 

@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 from hpu_plugin.gaudi import selection
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.selection import PlacementError, check_distributed_job
 
 SERVER = {i: i for i in range(8)}

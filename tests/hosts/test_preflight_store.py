@@ -8,7 +8,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.preflight import PreflightError
 from hpu_plugin.hosts import preflight_store as preflight
 from hpu_plugin.registry import Registry, Selection

@@ -16,7 +16,7 @@ from typing import TypeVar
 from hpu_emulator.errors import EmulationError
 from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
-from hpu_plugin.gaudi.errors import GaudiConfigError
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.generations import Generation, generation_from_name, int64_on_device
 from hpu_plugin.gaudi.modes import mode
 from hpu_plugin.gaudi.visibility import MAX_DEVICES

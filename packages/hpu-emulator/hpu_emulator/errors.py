@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hpu_plugin.errors import HpuPluginError
 
-class EmulationError(RuntimeError):
+
+class EmulationError(HpuPluginError, RuntimeError):
     """The emulator cannot start; the message names the cause and the fix."""
