@@ -122,6 +122,16 @@ def _activate() -> None:
             log.error("hpu_plugin: %s", exc)
             return
 
+    # The fast paths' and shape buckets' settings are read deep inside train() and
+    # generate(); a bad one is refused here, once, before anything changes.
+    from hpu_plugin.gaudi import tuning
+
+    faults = tuning.faults(environ)
+    if faults:
+        state.update(status="failed", reason="; ".join(str(fault) for fault in faults))
+        log.error("hpu_plugin: %s", state["reason"])
+        return
+
     from hpu_plugin.registry import get_registry
 
     registry = get_registry()

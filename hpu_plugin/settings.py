@@ -88,15 +88,16 @@ def emulation_requested(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def integer(variable: str, raw: str, minimum: int | None = None,
-            maximum: int | None = None) -> int:
-    """A whole number in ASCII digits (optional sign), within ``[minimum, maximum]``."""
+            maximum: int | None = None, fix: str = "") -> int:
+    """A whole number in ASCII digits (optional sign), within ``[minimum, maximum]``.
+    ``fix`` replaces the generic advice where the caller knows a better one."""
     text = raw.strip()
     accepted = _range_text("an integer", minimum, maximum)
     if len(text) > MAX_DIGITS or not re.fullmatch(_INTEGER, text, re.ASCII):
-        raise SettingError(variable, raw, accepted + " in ASCII digits")
+        raise SettingError(variable, raw, accepted + " in ASCII digits", fix)
     value = int(text)
     if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-        raise SettingError(variable, raw, accepted)
+        raise SettingError(variable, raw, accepted, fix)
     return value
 
 

@@ -83,7 +83,7 @@ def check_variables(doctor: Doctor) -> list[Finding]:
     """Each Gaudi variable parses; ``HABANA_VISIBLE_DEVICES`` only warns (it is read at
     ``docker run``, not by the process)."""
     from hpu_plugin import machine
-    from hpu_plugin.gaudi import environment, visibility
+    from hpu_plugin.gaudi import environment, tuning, visibility
 
     environ = doctor.environ
     parsers: list[tuple[str, Callable[[], object]]] = [
@@ -107,6 +107,10 @@ def check_variables(doctor: Doctor) -> list[Finding]:
                 continue
             doctor.env_ok = False
             findings.append(exc.as_finding(name))
+    # The fast paths' and shape buckets' settings: each bad one is an error with its fix
+    # (activation refuses them); they say nothing about the devices, so env_ok stays.
+    findings += [GaudiConfigError.from_setting(fault).as_finding(fault.variable)
+                 for fault in tuning.faults(environ)]
     return findings
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpu_plugin import settings
+from hpu_plugin.gaudi import tuning
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ class FastPath:
 
 
 #: The switch of every fast path at once (``0`` turns them all off).
-SWITCH = "HPU_PLUGIN_FAST"
+SWITCH = tuning.FAST
 
 FAST_PATHS: tuple[FastPath, ...] = (
     FastPath("fused_optimizer", "torch.optim.AdamW / SGD steps of a Trainer or an "
@@ -84,8 +85,8 @@ FAST_PATHS: tuple[FastPath, ...] = (
 )
 
 #: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).
-GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
-GRAPHS_MAX_DEFAULT = 8
+GRAPHS_MAX = tuning.GRAPHS_MAX
+GRAPHS_MAX_DEFAULT = tuning.GRAPHS_MAX_DEFAULT
 
 BY_NAME: dict[str, FastPath] = {path.name: path for path in FAST_PATHS}
 
@@ -93,7 +94,7 @@ BY_NAME: dict[str, FastPath] = {path.name: path for path in FAST_PATHS}
 #: The switch of the shape buckets, with its ``_LENGTH``, ``_BATCH`` and ``_CACHE``: the
 #: first-party ``shapes`` plugin (``plugins.bucket_sizes``) answers ``hpu_shape_buckets``
 #: from them.
-BUCKETS = "HPU_PLUGIN_BUCKETS"
+BUCKETS = tuning.BUCKETS
 
 
 def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]:
@@ -104,13 +105,9 @@ def buckets(registry: Registry, kind: str, limit: int | None) -> tuple[int, ...]
 
 
 def buckets_off_by(kind: str, environ: Mapping[str, str] = os.environ) -> str | None:
-    """The setting that turned the buckets of ``kind`` off (``HPU_PLUGIN_BUCKETS=0``, or
-    ``_<KIND>=0``), for the message that says why a shape is not bucketed; None if none."""
-    for name in (BUCKETS, f"{BUCKETS}_{kind.upper()}"):
-        raw = environ.get(name, "")
-        if raw.strip().lower() in settings.OFF_WORDS:
-            return f"{name}={raw} is set"
-    return None
+    """The setting that turned the buckets of ``kind`` off, for the message that says why a
+    shape is not bucketed (``tuning.buckets_off_by``); None if none."""
+    return tuning.buckets_off_by(kind, environ)
 
 
 def take(registry: Registry, name: str, context: Mapping[str, Any]) -> bool:
@@ -119,14 +116,9 @@ def take(registry: Registry, name: str, context: Mapping[str, Any]) -> bool:
     return registry.fast_path(name, context)
 
 
-
 def _read(variable: str, environ: Mapping[str, str]) -> bool | None:
-    raw = environ.get(variable)
-    if raw is None or not raw.strip():
-        return None
     try:
-        return settings.switch(variable, raw, fix=f"{variable}=0 turns it off, "
-                               f"{variable}=1 on (on Gaudi the default)")
+        return tuning.fast_switch(variable, environ)
     except settings.SettingError as exc:
         raise Refusal(str(exc)) from None
 

@@ -36,8 +36,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from hpu_plugin import settings
-from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, GRAPHS_MAX_DEFAULT, take
+from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, take
+from hpu_plugin.gaudi import tuning
 from hpu_plugin.patching import stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -47,7 +47,7 @@ log = logging.getLogger("hpu_plugin")
 NAME = "inference_graphs"
 BACKEND = "hpu_backend"
 #: The most graphs a budget may allow: each holds a static cache's worth of device memory.
-MOST = 1024
+MOST = tuning.GRAPHS_MOST
 #: generate() arguments and generation settings that are the user's choice of compilation.
 CHOICES = ("compile_config", "disable_compile", "cache_implementation")
 KEYS = "_hpu_plugin_graph_keys"
@@ -58,10 +58,7 @@ SWITCH = BY_NAME[NAME].setting
 
 def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
     """``HPU_PLUGIN_GRAPHS_MAX``: how many graphs (buckets) one model may keep."""
-    raw = environ.get(GRAPHS_MAX)
-    if raw is None or not raw.strip():
-        return GRAPHS_MAX_DEFAULT
-    return settings.integer(GRAPHS_MAX, raw, minimum=1, maximum=MOST)
+    return tuning.graph_budget(environ)
 
 
 def _lazy() -> bool:

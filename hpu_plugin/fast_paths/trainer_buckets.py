@@ -43,6 +43,7 @@ from hpu_plugin.fast_paths.generate_buckets import (
     max_positions,
     static_graphs,
 )
+from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.shape_buckets import bucket_for
 from hpu_plugin.patching import Patches, is_ours, original_of, ours
 from hpu_plugin.registry import Registry
@@ -158,7 +159,7 @@ class BucketingCollator:
 #: Rows drawn together before they are sorted by length and cut into batches (Transformers'
 #: ``LengthGroupedSampler`` uses up to 50 batches).
 MEGABATCH = 50
-GROUP_SWITCH = f"{SWITCH}_GROUP"
+GROUP_SWITCH = tuning.BUCKETS_GROUP
 
 
 class BucketGroupedSampler:
@@ -200,9 +201,7 @@ class BucketGroupedSampler:
 
 
 def _grouping_on() -> bool:
-    raw = os.environ.get(GROUP_SWITCH)
-    return settings.switch(GROUP_SWITCH, raw if raw and raw.strip() else None, default=True,
-                           fix=f"{GROUP_SWITCH}=0 keeps the sampler's random order")
+    return tuning.group_rows(os.environ)
 
 
 def _length_column(trainer: Any, dataset: Any) -> list[int] | None:

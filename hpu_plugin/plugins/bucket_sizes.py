@@ -16,45 +16,36 @@ import os
 from collections.abc import Mapping
 
 from hpu_plugin import settings
+from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.shape_buckets import KINDS, default_buckets
 from hpu_plugin.hookspecs import Refusal, hookimpl
 
-SWITCH = "HPU_PLUGIN_BUCKETS"
+SWITCH = tuning.BUCKETS
 
 
-def _switch(environ: Mapping[str, str]) -> bool:
-    """``HPU_PLUGIN_BUCKETS`` through the settings parser; unset or blank: on."""
-    raw = environ.get(SWITCH)
-    try:
-        return settings.switch(
-            SWITCH, raw if raw and raw.strip() else None, default=True,
-            fix=f"use {SWITCH}=0 to turn shape buckets off or {SWITCH}=1 to keep them on "
-            "(the default)")
-    except settings.SettingError as exc:
-        raise Refusal(str(exc)) from None
+def _refused(error: settings.SettingError) -> Refusal:
+    return Refusal(str(error))
 
 
 def parse_sizes(name: str, raw: str) -> tuple[int, ...]:
-    """``"128,256,512"`` -> ``(128, 256, 512)`` (the settings parser); a :class:`Refusal`
-    naming ``name``, the value and the fix otherwise."""
+    """``"128,256,512"`` -> ``(128, 256, 512)`` (``tuning.bucket_sizes``); a
+    :class:`Refusal` naming ``name``, the value and the fix otherwise."""
+    kind = name.removeprefix(f"{SWITCH}_").lower()
     try:
-        return settings.ascending(
-            name, raw, fix=f"give ascending positive integers (e.g. {name}=128,256,512), or "
-            f"{name}=0 to turn this kind of bucketing off")
+        return tuning.bucket_sizes(kind, {name: raw}) or ()
     except settings.SettingError as exc:
-        raise Refusal(str(exc)) from None
+        raise _refused(exc) from None
 
 
 def buckets(kind: str, limit: int | None, environ: Mapping[str, str]) -> tuple[int, ...]:
-    if not _switch(environ):
-        return ()
-    name = f"{SWITCH}_{kind.upper()}"
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default_buckets(kind, limit)
-    if raw.lower() in settings.OFF_WORDS:
-        return ()
-    return parse_sizes(name, raw)
+    """The buckets of ``kind`` from the settings (``tuning``), else Gaudi's defaults."""
+    try:
+        if not tuning.buckets_on(environ):
+            return ()
+        given = tuning.bucket_sizes(kind, environ)
+    except settings.SettingError as exc:
+        raise _refused(exc) from None
+    return default_buckets(kind, limit) if given is None else given
 
 
 @hookimpl

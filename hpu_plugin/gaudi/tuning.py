@@ -1,0 +1,123 @@
+"""The settings of the fast paths and the shape buckets: each parsed here and nowhere else.
+
+``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
+``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_BUCKETS`` with its
+``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets. The features
+read them deep inside a user's ``train()`` or ``generate()``, where a refusal would come
+late and once per object that asks; so activation asks :func:`faults` before it changes
+anything, and a bad value turns the plugin off there, with one message naming the variable,
+its value, what is accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
+
+Every parser takes the environment it reads (nothing here keeps state) and raises
+:class:`~hpu_plugin.errors.SettingError`; unset or blank means the default.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+
+from hpu_plugin import settings
+from hpu_plugin.errors import SettingError
+from hpu_plugin.gaudi.shape_buckets import KINDS
+
+#: The switch of every fast path at once (``0`` turns them all off).
+FAST = "HPU_PLUGIN_FAST"
+#: The suffix of each fast path's own switch (``HPU_PLUGIN_FAST_SDPA``...).
+FAST_NAMES: tuple[str, ...] = ("OPTIMIZER", "CLIP_NORM", "SDPA", "RMS_NORM", "ROPE", "GRAPHS")
+#: The most graphs one model keeps for the inference graphs (one per shape bucket).
+GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
+GRAPHS_MAX_DEFAULT = 8
+#: The most graphs a budget may allow: each holds a static cache's worth of device memory.
+GRAPHS_MOST = 1024
+#: The switch of the shape buckets; ``_LENGTH``, ``_BATCH`` and ``_CACHE`` give the sizes of
+#: one kind, ``_GROUP`` turns off the grouping of training rows by length.
+BUCKETS = "HPU_PLUGIN_BUCKETS"
+BUCKETS_GROUP = f"{BUCKETS}_GROUP"
+
+
+def _given(environ: Mapping[str, str], variable: str) -> str | None:
+    raw = environ.get(variable)
+    return raw if raw is not None and raw.strip() else None
+
+
+def fast_switch(variable: str, environ: Mapping[str, str]) -> bool | None:
+    """``HPU_PLUGIN_FAST`` or one ``HPU_PLUGIN_FAST_<NAME>``; None when unset or blank."""
+    raw = _given(environ, variable)
+    if raw is None:
+        return None
+    return settings.switch(variable, raw, fix=f"{variable}=0 turns it off, "
+                           f"{variable}=1 on (on Gaudi the default)")
+
+
+def graph_budget(environ: Mapping[str, str]) -> int:
+    """``HPU_PLUGIN_GRAPHS_MAX``: how many graphs (buckets) one model may keep. ``0`` is
+    refused: it would leave the graphs on with no room for one, and the switch that turns
+    them off is ``HPU_PLUGIN_FAST_GRAPHS=0``."""
+    raw = _given(environ, GRAPHS_MAX)
+    if raw is None:
+        return GRAPHS_MAX_DEFAULT
+    return settings.integer(
+        GRAPHS_MAX, raw, minimum=1, maximum=GRAPHS_MOST,
+        fix=f"set {GRAPHS_MAX} to a number of graphs from 1 to {GRAPHS_MOST} (default "
+        f"{GRAPHS_MAX_DEFAULT}), or unset it; {FAST}_GRAPHS=0 turns graphs off")
+
+
+def buckets_on(environ: Mapping[str, str]) -> bool:
+    """``HPU_PLUGIN_BUCKETS``; unset or blank: on."""
+    return settings.switch(
+        BUCKETS, _given(environ, BUCKETS), default=True,
+        fix=f"use {BUCKETS}=0 to turn shape buckets off or {BUCKETS}=1 to keep them on "
+        "(the default)")
+
+
+def bucket_sizes(kind: str, environ: Mapping[str, str]) -> tuple[int, ...] | None:
+    """``HPU_PLUGIN_BUCKETS_<KIND>``: the sizes given (``128,256,512``), ``()`` for that kind
+    off (``0``/``off``), None when unset or blank (the Gaudi defaults)."""
+    name = f"{BUCKETS}_{kind.upper()}"
+    raw = _given(environ, name)
+    if raw is None:
+        return None
+    if raw.strip().lower() in settings.OFF_WORDS:
+        return ()
+    return settings.ascending(
+        name, raw, fix=f"give ascending positive integers (e.g. {name}=128,256,512), or "
+        f"{name}=0 to turn this kind of bucketing off")
+
+
+def group_rows(environ: Mapping[str, str]) -> bool:
+    """``HPU_PLUGIN_BUCKETS_GROUP``: draw training rows of similar length together; unset or
+    blank: on."""
+    return settings.switch(BUCKETS_GROUP, _given(environ, BUCKETS_GROUP), default=True,
+                           fix=f"{BUCKETS_GROUP}=0 keeps the sampler's random order, "
+                           f"{BUCKETS_GROUP}=1 groups rows (the default)")
+
+
+def buckets_off_by(kind: str, environ: Mapping[str, str]) -> str | None:
+    """The setting that turned the buckets of ``kind`` off (``HPU_PLUGIN_BUCKETS=0``, or
+    ``_<KIND>=0``), for the message that says why a shape is not bucketed; None if none."""
+    for name in (BUCKETS, f"{BUCKETS}_{kind.upper()}"):
+        raw = _given(environ, name)
+        if raw is not None and raw.strip().lower() in settings.OFF_WORDS:
+            return f"{name}={raw} is set"
+    return None
+
+
+def faults(environ: Mapping[str, str]) -> list[SettingError]:
+    """Every one of these settings that holds a value no parser above accepts, in a fixed
+    order; empty when all are usable."""
+    checks: list[Callable[[], object]] = [
+        *(functools.partial(fast_switch, variable, environ)
+          for variable in (FAST, *(f"{FAST}_{name}" for name in FAST_NAMES))),
+        functools.partial(graph_budget, environ),
+        functools.partial(buckets_on, environ),
+        *(functools.partial(bucket_sizes, kind, environ) for kind in KINDS),
+        functools.partial(group_rows, environ),
+    ]
+    found = []
+    for check in checks:
+        try:
+            check()
+        except SettingError as exc:
+            found.append(exc)
+    return found

@@ -1,0 +1,125 @@
+"""The fast paths' and shape buckets' settings are refused once, at activation.
+
+``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX`` and ``HPU_PLUGIN_BUCKETS*`` are read deep
+inside ``train()`` and ``generate()``; a value no parser accepts must not wait until then
+(a warning per object that asks, then a raise mid-training). Inside ``import torch`` the
+plugin is off with one message naming the variable, its value and the fix; ``doctor`` lists
+it as an error with that fix; good values activate as before.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hpu_plugin.fast_paths.decisions import FAST_PATHS
+from hpu_plugin.gaudi import tuning
+
+from .conftest import environ, report, run
+
+#: A bad value, and the fix its message must carry.
+BAD = {
+    "HPU_PLUGIN_FAST": ("maybe", "HPU_PLUGIN_FAST=0 turns it off"),
+    "HPU_PLUGIN_FAST_GRAPHS": ("2", "HPU_PLUGIN_FAST_GRAPHS=0 turns it off"),
+    "HPU_PLUGIN_FAST_SDPA": ("\u0661", "HPU_PLUGIN_FAST_SDPA=0 turns it off"),
+    "HPU_PLUGIN_GRAPHS_MAX": ("0", "HPU_PLUGIN_FAST_GRAPHS=0 turns graphs off"),
+    "HPU_PLUGIN_BUCKETS": ("maybe", "HPU_PLUGIN_BUCKETS=0 to turn shape buckets off"),
+    "HPU_PLUGIN_BUCKETS_GROUP": ("maybe", "HPU_PLUGIN_BUCKETS_GROUP=0 keeps"),
+    "HPU_PLUGIN_BUCKETS_LENGTH": ("512,64", "HPU_PLUGIN_BUCKETS_LENGTH=128,256,512"),
+}
+
+#: Values that each parser accepts: activation goes on as without them.
+GOOD = {
+    "HPU_PLUGIN_FAST": "0", "HPU_PLUGIN_FAST_GRAPHS": "1", "HPU_PLUGIN_GRAPHS_MAX": "4",
+    "HPU_PLUGIN_BUCKETS": "on", "HPU_PLUGIN_BUCKETS_GROUP": "0",
+    "HPU_PLUGIN_BUCKETS_LENGTH": "128,256", "HPU_PLUGIN_BUCKETS_BATCH": "off",
+    "HPU_PLUGIN_BUCKETS_CACHE": " ",
+}
+
+BATCH = """
+import json, logging, os
+import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
+from hpu_plugin import activation
+from hpu_plugin.patching import this_process
+lines = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        lines.append(record.getMessage())
+logging.getLogger("hpu_plugin").addHandler(Keep())
+results = {}
+for case, values in CASES.items():
+    saved = dict(os.environ)
+    os.environ.update(values)
+    activation.state.clear()
+    activation.state.update(status="off", reason="not run")
+    this_process.registry = None
+    del lines[:]
+    activation.autoload()
+    results[case] = {"status": activation.state["status"], "reason": activation.state["reason"],
+                     "messages": list(lines), "tensor": torch.ones(2).tolist()}
+    activation.state.update(status="failed")  # the next case starts from nothing changed
+    activation._take_back()
+    os.environ.clear()
+    os.environ.update(saved)
+print("REPORT " + json.dumps(results))
+"""
+
+
+def test_every_fast_path_switch_is_checked_up_front():
+    assert {path.setting for path in FAST_PATHS} == {
+        f"{tuning.FAST}_{name}" for name in tuning.FAST_NAMES}
+    assert tuning.faults({}) == []
+    assert tuning.faults(GOOD) == []
+    found = [fault.variable for fault in tuning.faults({n: v for n, (v, _) in BAD.items()})]
+    assert sorted(found) == sorted(BAD)
+
+
+@pytest.fixture(scope="module")
+def batch() -> dict[str, dict[str, object]]:
+    cases = {name: {"HPU_PLUGIN_EMULATE": "1", name: value} for name, (value, _) in BAD.items()}
+    cases["good"] = {"HPU_PLUGIN_EMULATE": "1", **GOOD}
+    cases["unset"] = {"HPU_PLUGIN_EMULATE": "1"}
+    done = run(BATCH.replace("CASES.items()", f"{cases!r}.items()"),
+               environ(TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return report(done)  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_a_bad_value_is_refused_once_at_activation(batch, name):
+    value, fix = BAD[name]
+    result = batch[name]
+    assert result["status"] == "failed" and result["tensor"] == [1.0, 1.0]
+    assert f"{name}={value!r}" in str(result["reason"]) and fix in str(result["reason"])
+    assert result["messages"] == [f"hpu_plugin: {result['reason']}"]
+
+
+@pytest.mark.parametrize("case", ["good", "unset"])
+def test_good_values_activate_as_before(batch, case):
+    result = batch[case]
+    assert result["status"] == "active", result
+    assert [line for line in result["messages"] if "HPU_PLUGIN_" in line] == []
+
+
+DOCTOR = """
+import json, sys
+from hpu_plugin.cli import main
+code = main(["doctor", "--json"])
+print("REPORT " + json.dumps({"code": code}))
+"""
+
+
+@pytest.mark.parametrize("name", ["HPU_PLUGIN_FAST", "HPU_PLUGIN_GRAPHS_MAX",
+                                  "HPU_PLUGIN_FAST_GRAPHS", "HPU_PLUGIN_BUCKETS_GROUP"])
+def test_doctor_lists_a_bad_value_as_an_error_with_its_fix(name):
+    value, fix = BAD[name]
+    done = run(DOCTOR, environ(HPU_PLUGIN_EMULATE="1", **{name: value}), timeout=240)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # doctor's own import torch refuses it once (doctor keeps activation's log to itself)
+    assert len([line for line in done.stderr.splitlines() if name in line]) <= 1, done.stderr
+    findings = json.loads(done.stdout[:done.stdout.rindex("REPORT ")])
+    mine = [f for f in findings["findings"] if f["check"] == name]
+    assert len(mine) == 1 and mine[0]["severity"] == "error", findings
+    assert fix in mine[0]["fix"] and mine[0]["value"] == value
+    assert report(done)["code"] != 0
