@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from processes import TRAINING_ROWS, emulated, result_of, run_python
 
 from hpu_plugin.fast_paths.decisions import FAST_PATHS
 from hpu_plugin.gaudi import tuning
@@ -123,3 +124,34 @@ def test_doctor_lists_a_bad_value_as_an_error_with_its_fix(name):
     assert len(mine) == 1 and mine[0]["severity"] == "error", findings
     assert fix in mine[0]["fix"] and mine[0]["value"] == value
     assert report(done)["code"] != 0
+
+
+USER_PROGRAM = TRAINING_ROWS + r"""
+import json
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                     num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+model = LlamaForCausalLM(config)
+args = TrainingArguments(output_dir="out", max_steps=2, per_device_train_batch_size=2,
+                         report_to=[], logging_steps=1, save_strategy="no")
+losses = Losses()
+Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
+        callbacks=[losses]).train()
+model.eval()
+out = model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=3, do_sample=False)
+print("RESULT " + json.dumps({"device": str(args.device), "losses": len(losses.losses),
+                              "tokens": out.shape[-1]}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["HPU_PLUGIN_FAST", "HPU_PLUGIN_GRAPHS_MAX"])
+def test_a_user_program_goes_on_with_one_message_not_a_raise_mid_training(name, tmp_path):
+    """The program a new user runs: a bad value is said once, at ``import torch``; training
+    and ``generate()`` then run without the plugin instead of raising half way."""
+    value, fix = BAD[name]
+    done = run_python(USER_PROGRAM, emulated(**{name: value}), timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ours = [line for line in done.stderr.splitlines() if "hpu_plugin" in line]
+    assert len(ours) == 1 and name in ours[0] and fix in ours[0], done.stderr[-4000:]
+    assert result_of(done.stdout) == {"device": "cpu", "losses": 2, "tokens": 6}
