@@ -4,6 +4,8 @@ and a non-zero exit when activation failed."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from processes import emulated, no_hlsmi_path, run_cli, scrubbed
@@ -50,3 +52,21 @@ def test_failed_activation_fails_info():
     assert "Activation: failed" in done.stdout
     assert "'gaudi4' names no Gaudi generation" in done.stdout
     assert "names no Gaudi generation" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["info", "plugins", "doctor"])
+def test_a_closed_stdout_ends_the_command_quietly(command):
+    """``hpu-plugin info | head -1``: the reader left, so the command stops with no
+    traceback and exits 141 (128 + SIGPIPE, as a shell reports it)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hpu_plugin", command], env=no_gaudi(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    child.stdout.close()  # the reader is gone before the first line is written
+    try:
+        stderr = child.stderr.read().decode(errors="replace")
+        code = child.wait(timeout=120)
+    finally:
+        child.kill()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert code == 141, stderr
