@@ -70,3 +70,15 @@ def test_a_closed_stdout_ends_the_command_quietly(command):
         child.kill()
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     assert code == 141, stderr
+
+
+def test_a_hook_with_two_functions_in_one_plugin_is_listed_once():
+    """The quantization plugin wraps its own implementation: two functions, one hook."""
+    text = run_cli("plugins", env=no_gaudi())
+    assert text.returncode == 0, text.stderr
+    hooks = [line.split(":", 1)[1].split(",") for line in text.stdout.splitlines()
+             if line.strip().startswith("hooks:")]
+    assert hooks and all(len(h) == len(set(h)) for h in hooks), text.stdout
+    listed = json.loads(run_cli("plugins", "--json", env=no_gaudi()).stdout)["plugins"]
+    quantization = next(p for p in listed if p["name"] == "quantization")
+    assert quantization["hooks"] == ["hpu_quantization_device_map"]
