@@ -82,3 +82,18 @@ def test_a_hook_with_two_functions_in_one_plugin_is_listed_once():
     listed = json.loads(run_cli("plugins", "--json", env=no_gaudi()).stdout)["plugins"]
     quantization = next(p for p in listed if p["name"] == "quantization")
     assert quantization["hooks"] == ["hpu_quantization_device_map"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"HPU_PLUGIN_EMULATE": "gaudi4"},  # activation fails before it sets anything
+    {"HPU_PLUGIN_EMULATE": "1", "HPU_PLUGIN_DISABLE": "1"},  # activation skipped
+])
+def test_mode_is_not_credited_to_a_plugin_that_set_nothing(extra):
+    """The plugin exported no ``PT_HPU_LAZY_MODE``: the mode shown is what the Gaudi
+    software reads from the real environment, and says so."""
+    info = run_cli("info", env=scrubbed(PATH=no_hlsmi_path(), **extra))
+    mode = next(line for line in info.stdout.splitlines() if line.startswith("Mode:"))
+    assert "set by hpu-plugin" not in mode, mode
+    assert mode.startswith("Mode: lazy (PT_HPU_LAZY_MODE unset: the Gaudi software's default"), mode
+    user = run_cli("info", env=scrubbed(PATH=no_hlsmi_path(), PT_HPU_LAZY_MODE="0", **extra))
+    assert "Mode: eager (PT_HPU_LAZY_MODE=0, set by the user)" in user.stdout, user.stdout
