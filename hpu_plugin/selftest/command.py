@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -158,8 +159,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         checks = catalog.select(args.only, args.skip)
         faults.parse()
-        if args.time_limit is not None and not args.time_limit > 0:
-            raise ValueError(f"--time-limit {args.time_limit:g}: give a number of seconds above 0")
+        if args.time_limit is not None and not 0 < args.time_limit < math.inf:
+            # inf would wait on a hung check for ever, nan compares false to every bound
+            raise ValueError(f"--time-limit {args.time_limit:g}: give a finite number of "
+                             "seconds above 0 (e.g. --time-limit 600), or leave it out for "
+                             "each check's own limit")
         problem = _report_problem(args.report) if args.report else ""
         if problem:
             raise ValueError(problem)
