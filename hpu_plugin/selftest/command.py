@@ -8,10 +8,12 @@ the plugin not active, torch not importable, or no check could run).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import math
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
@@ -144,14 +146,33 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_problem(path: str) -> str:
     """Why the report cannot be written to ``path`` ("" when it can): tried now, by writing
-    a placeholder, so a missing folder or a full disk is said before the checks run."""
+    a placeholder, so a missing folder or a full disk is said before the checks run.
+
+    Opened without blocking: a named pipe (or socket) would otherwise hold the command
+    before any check until some reader appeared, and is refused whether or not one has.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+    pipe = ("is a named pipe or socket, not a regular file: writing the report would wait "
+            "for a reader")
     try:
-        with open(path, "w") as handle:
-            handle.write('{"status": "running"}\n')
+        descriptor = os.open(path, flags, 0o666)
     except OSError as exc:
-        return (f"--report {path}: {exc.strerror or exc}; give a file path in an existing, "
-                "writable folder with free space")
+        reason = pipe if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        return _report_refusal(path, reason)
+    try:
+        if stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+            return _report_refusal(path, pipe)
+        os.write(descriptor, b'{"status": "running"}\n')
+    except OSError as exc:
+        return _report_refusal(path, exc.strerror or str(exc))
+    finally:
+        os.close(descriptor)
     return ""
+
+
+def _report_refusal(path: str, reason: str) -> str:
+    return (f"--report {path}: {reason}; give a regular file path in an existing, writable "
+            "folder with free space")
 
 
 def _run(args: argparse.Namespace) -> int:

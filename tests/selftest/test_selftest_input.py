@@ -4,6 +4,8 @@ so a refusal that came too late would show as the "no Gaudi here" message instea
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from processes import no_hlsmi_path, run_cli, scrubbed
 
@@ -18,3 +20,28 @@ def test_a_time_limit_that_is_no_bound_is_refused_naming_the_option(limit):
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--time-limit" in done.stderr and "finite number of seconds above 0" in done.stderr
     assert "no Gaudi here" not in done.stdout + done.stderr, done.stdout
+
+
+@pytest.mark.parametrize("reader", [False, True])
+def test_a_report_path_that_is_a_named_pipe_is_refused_before_any_check(tmp_path, reader):
+    """A FIFO with no reader would block the first write; with a reader the report is not a
+    file to attach. Either way: refused at once, naming the path and the fix."""
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    held = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if reader else None
+    try:
+        done = run_cli("selftest", "--report", str(fifo), env=no_gaudi(), timeout=60)
+    finally:
+        if held is not None:
+            os.close(held)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--report {fifo}: is a named pipe" in done.stderr, done.stderr
+    assert "give a regular file path" in done.stderr
+    assert "no Gaudi here" not in done.stdout + done.stderr, done.stdout
+
+
+def test_a_regular_report_path_is_accepted(tmp_path):
+    report = tmp_path / "report.json"
+    done = run_cli("selftest", "--report", str(report), env=no_gaudi(), timeout=120)
+    assert done.returncode == 2 and "no Gaudi here" in done.stdout, done.stdout + done.stderr
+    assert "--report" not in done.stderr and report.is_file()
