@@ -34,7 +34,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "selftest", help="run end-to-end checks on this machine's Gaudi (or the emulator)",
         description="Run the end-to-end checks, each in its own process with a time limit. "
-        "Exit 0: all passed; 1: a check failed; 2: the checks cannot run here.",
+        "Exit 0: every check that could run passed (a CANNOT RUN check is no pass: "
+        "its reason says why); 1: a check failed; 2: the checks cannot run here.",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--report", metavar="FILE", help="write a bug report (JSON) to FILE")

@@ -5,6 +5,7 @@ so a refusal that came too late would show as the "no Gaudi here" message instea
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from processes import no_hlsmi_path, run_cli, scrubbed
@@ -45,3 +46,22 @@ def test_a_regular_report_path_is_accepted(tmp_path):
     done = run_cli("selftest", "--report", str(report), env=no_gaudi(), timeout=120)
     assert done.returncode == 2 and "no Gaudi here" in done.stdout, done.stdout + done.stderr
     assert "--report" not in done.stderr and report.is_file()
+
+
+def test_the_documented_exit_0_is_what_selftest_returns():
+    """A check that could not run does not fail the run (``gpu-migration`` with the
+    migration toolkit off has nothing to check), so exit 0 must not be promised as "all
+    passed": the README and ``--help`` say "every check that could run passed"."""
+    from hpu_plugin.selftest import protocol
+    from hpu_plugin.selftest.command import _exit_status
+    from hpu_plugin.selftest.runner import Outcome
+
+    outcomes = [Outcome("detect", protocol.PASS, 1.0, ""),
+                Outcome("gpu-migration", protocol.CANNOT_RUN, 0.1, "PT_HPU_GPU_MIGRATION off")]
+    assert _exit_status(outcomes, "") == 0
+    promise = "every check that could run passed"
+    readme = " ".join((Path(__file__).parents[2] / "README.md").read_text().split())
+    assert "status 0: all passed" not in readme
+    assert f"status 0: {promise}" in readme
+    helped = run_cli("selftest", "--help", env=no_gaudi(), timeout=60)
+    assert promise in " ".join(helped.stdout.split()), helped.stdout
