@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -191,7 +193,27 @@ def _job(args: argparse.Namespace) -> Job:
     return Job(args.processes, args.compile, args.dtype, args.bnb, args.bnb_quant_type)
 
 
+#: Exit status when the reader of stdout went away (``hpu-plugin info | head -1``): 128 + SIGPIPE,
+#: what a shell reports for a command ended by a closed pipe.
+EXIT_CLOSED_STDOUT = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. A reader that closes stdout early (``| head``) is not an error of
+    ours: the command stops quietly, with no traceback, and exits ``EXIT_CLOSED_STDOUT``."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # a closed pipe shows here for output still buffered
+    except BrokenPipeError:
+        # Python flushes stdout again at exit; pointed at devnull, that flush cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_CLOSED_STDOUT
+    return code
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "selftest":
         from hpu_plugin.selftest.command import run as selftest

@@ -197,7 +197,9 @@ class Registry:
             record.status, record.reason = "failed", f"rejected by pluggy: {describe(exc)}{fix}"
             self._report(record, "register", record.reason + "; skipped")
             return
-        record.hooks = hooks
+        # The hooks it implements, each once: a plugin may give one hook two functions
+        # (a wrapper around its own plain implementation, through ``specname``).
+        record.hooks = list(dict.fromkeys(hooks))
 
     def _report(
         self, record: PluginRecord, kind: str, message: str, exc: BaseException | None = None

@@ -125,20 +125,36 @@ def environ_with_defaults() -> dict[str, str]:
 
 
 def mode_text(environ: Mapping[str, str]) -> str:
-    """Lazy or eager, and who chose it; "none" without Gaudi (no default was applied)."""
+    """Lazy or eager, and where that comes from; "none" without Gaudi (no default was applied).
+
+    ``environ`` is the environment with the plugin's defaults filled in. When activation
+    ended without setting anything (it failed, or ``HPU_PLUGIN_DISABLE`` skipped it), those
+    defaults were never applied: the mode is then read from the real environment, and an
+    unset ``PT_HPU_LAZY_MODE`` is the Gaudi software's own default (lazy), not ours.
+    """
     if not gaudi_expected():
         return "none (no Gaudi software, no emulation requested)"
+    from hpu_plugin import state
     from hpu_plugin.gaudi.config_error import GaudiConfigError
     from hpu_plugin.gaudi.environment import LAZY_MODE
     from hpu_plugin.gaudi.modes import mode
     from hpu_plugin.patching import environ_entry, this_process
 
+    set_here = environ_entry(LAZY_MODE) in this_process.environment.made
+    ended_unset = state["status"] in ("failed", "skipped") and not set_here
+    if ended_unset:
+        environ = os.environ
     try:
         name = mode(environ).name
     except GaudiConfigError as exc:
         return f"invalid: {exc}"
-    ours = environ_entry(LAZY_MODE) in this_process.environment.made or LAZY_MODE not in os.environ
-    by = "set by hpu-plugin" if ours else "set by the user"
+    if LAZY_MODE in os.environ and not set_here:
+        by = "set by the user"
+    elif ended_unset:
+        return (f"{name} ({LAZY_MODE} unset: the Gaudi software's default; hpu-plugin set "
+                f"nothing, activation {state['status']})")
+    else:
+        by = "set by hpu-plugin"
     return f"{name} ({LAZY_MODE}={environ.get(LAZY_MODE)}, {by})"
 
 

@@ -8,9 +8,12 @@ the plugin not active, torch not importable, or no check could run).
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import os
 import signal
+import stat
 import sys
 import time
 from typing import Any
@@ -31,7 +34,8 @@ def add_parser(sub: Any) -> None:
     parser = sub.add_parser(
         "selftest", help="run end-to-end checks on this machine's Gaudi (or the emulator)",
         description="Run the end-to-end checks, each in its own process with a time limit. "
-        "Exit 0: all passed; 1: a check failed; 2: the checks cannot run here.",
+        "Exit 0: every check that could run passed (a CANNOT RUN check is no pass: "
+        "its reason says why); 1: a check failed; 2: the checks cannot run here.",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--report", metavar="FILE", help="write a bug report (JSON) to FILE")
@@ -143,14 +147,33 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_problem(path: str) -> str:
     """Why the report cannot be written to ``path`` ("" when it can): tried now, by writing
-    a placeholder, so a missing folder or a full disk is said before the checks run."""
+    a placeholder, so a missing folder or a full disk is said before the checks run.
+
+    Opened without blocking: a named pipe (or socket) would otherwise hold the command
+    before any check until some reader appeared, and is refused whether or not one has.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK
+    pipe = ("is a named pipe or socket, not a regular file: writing the report would wait "
+            "for a reader")
     try:
-        with open(path, "w") as handle:
-            handle.write('{"status": "running"}\n')
+        descriptor = os.open(path, flags, 0o666)
     except OSError as exc:
-        return (f"--report {path}: {exc.strerror or exc}; give a file path in an existing, "
-                "writable folder with free space")
+        reason = pipe if exc.errno == errno.ENXIO else exc.strerror or str(exc)
+        return _report_refusal(path, reason)
+    try:
+        if stat.S_ISFIFO(os.fstat(descriptor).st_mode):
+            return _report_refusal(path, pipe)
+        os.write(descriptor, b'{"status": "running"}\n')
+    except OSError as exc:
+        return _report_refusal(path, exc.strerror or str(exc))
+    finally:
+        os.close(descriptor)
     return ""
+
+
+def _report_refusal(path: str, reason: str) -> str:
+    return (f"--report {path}: {reason}; give a regular file path in an existing, writable "
+            "folder with free space")
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -158,8 +181,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         checks = catalog.select(args.only, args.skip)
         faults.parse()
-        if args.time_limit is not None and not args.time_limit > 0:
-            raise ValueError(f"--time-limit {args.time_limit:g}: give a number of seconds above 0")
+        if args.time_limit is not None and not 0 < args.time_limit < math.inf:
+            # inf would wait on a hung check for ever, nan compares false to every bound
+            raise ValueError(f"--time-limit {args.time_limit:g}: give a finite number of "
+                             "seconds above 0 (e.g. --time-limit 600), or leave it out for "
+                             "each check's own limit")
         problem = _report_problem(args.report) if args.report else ""
         if problem:
             raise ValueError(problem)

@@ -4,6 +4,8 @@ and a non-zero exit when activation failed."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from processes import emulated, no_hlsmi_path, run_cli, scrubbed
@@ -50,3 +52,48 @@ def test_failed_activation_fails_info():
     assert "Activation: failed" in done.stdout
     assert "'gaudi4' names no Gaudi generation" in done.stdout
     assert "names no Gaudi generation" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("command", ["info", "plugins", "doctor"])
+def test_a_closed_stdout_ends_the_command_quietly(command):
+    """``hpu-plugin info | head -1``: the reader left, so the command stops with no
+    traceback and exits 141 (128 + SIGPIPE, as a shell reports it)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "hpu_plugin", command], env=no_gaudi(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    child.stdout.close()  # the reader is gone before the first line is written
+    try:
+        stderr = child.stderr.read().decode(errors="replace")
+        code = child.wait(timeout=120)
+    finally:
+        child.kill()
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    assert code == 141, stderr
+
+
+def test_a_hook_with_two_functions_in_one_plugin_is_listed_once():
+    """The quantization plugin wraps its own implementation: two functions, one hook."""
+    text = run_cli("plugins", env=no_gaudi())
+    assert text.returncode == 0, text.stderr
+    hooks = [line.split(":", 1)[1].split(",") for line in text.stdout.splitlines()
+             if line.strip().startswith("hooks:")]
+    assert hooks and all(len(h) == len(set(h)) for h in hooks), text.stdout
+    listed = json.loads(run_cli("plugins", "--json", env=no_gaudi()).stdout)["plugins"]
+    quantization = next(p for p in listed if p["name"] == "quantization")
+    assert quantization["hooks"] == ["hpu_quantization_device_map"]
+
+
+@pytest.mark.parametrize("extra", [
+    {"HPU_PLUGIN_EMULATE": "gaudi4"},  # activation fails before it sets anything
+    {"HPU_PLUGIN_EMULATE": "1", "HPU_PLUGIN_DISABLE": "1"},  # activation skipped
+])
+def test_mode_is_not_credited_to_a_plugin_that_set_nothing(extra):
+    """The plugin exported no ``PT_HPU_LAZY_MODE``: the mode shown is what the Gaudi
+    software reads from the real environment, and says so."""
+    info = run_cli("info", env=scrubbed(PATH=no_hlsmi_path(), **extra))
+    mode = next(line for line in info.stdout.splitlines() if line.startswith("Mode:"))
+    assert "set by hpu-plugin" not in mode, mode
+    assert mode.startswith("Mode: lazy (PT_HPU_LAZY_MODE unset: the Gaudi software's default"), mode
+    user = run_cli("info", env=scrubbed(PATH=no_hlsmi_path(), PT_HPU_LAZY_MODE="0", **extra))
+    assert "Mode: eager (PT_HPU_LAZY_MODE=0, set by the user)" in user.stdout, user.stdout
