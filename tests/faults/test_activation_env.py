@@ -113,7 +113,7 @@ def test_a_bad_setting_is_refused_at_activation(batch, case):
 
 def test_autoload_off_leaves_no_standins_behind():
     """``TORCH_DEVICE_BACKEND_AUTOLOAD=0``: nothing starts the emulator, so nothing may look
-    like Gaudi: the hosts' checks answer no, without ImportError."""
+    like Gaudi: the hosts' checks answer no, without ImportError, after one log line."""
     done = run("""
         import json, importlib.util
         import torch
@@ -127,6 +127,8 @@ def test_autoload_off_leaves_no_standins_behind():
     """, environ(HPU_PLUGIN_EMULATE="1", TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     assert report(done) == {"hpu": False, "device": "cpu", "args": "cpu", "standins": False}
+    lines = [line for line in done.stderr.splitlines() if "TORCH_DEVICE_BACKEND_AUTOLOAD" in line]
+    assert len(lines) == 1 and "unset" in lines[0]
 
 
 def test_free_memory_is_never_negative():
