@@ -25,12 +25,9 @@ import sys
 import types
 import weakref
 from collections.abc import Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpu_plugin.reporting import say_once
-
-if TYPE_CHECKING:
-    from hpu_plugin.registry import Registry
 
 _MISSING = object()
 
@@ -291,8 +288,8 @@ class Activation:
     - ``gpu_migration``: what the emulated GPU migration toolkit changed, once imported.
 
     ``stayed_out`` says which adapters are not installed and why; ``summary`` is the
-    plugin's brief report that the hosts' ``env`` commands show; ``registry`` is the plugin
-    registry activation built (None until then).
+    plugin's brief report that the hosts' ``env`` commands show (the plugin registry itself
+    is ``registry.get_registry()``'s, which imports this module).
     """
 
     def __init__(self) -> None:
@@ -304,7 +301,6 @@ class Activation:
         #: "host adapter" -> why it stayed out, for ``hpu-plugin info`` and ``doctor``.
         self.stayed_out: dict[str, str] = {}
         self.summary: Callable[[], dict[str, str]] | None = None
-        self.registry: Registry | None = None
         #: Whether the host adapters were installed (also when they changed nothing).
         self.hosts_installed = False
 

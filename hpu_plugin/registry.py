@@ -35,7 +35,6 @@ from hpu_plugin import hookspecs
 from hpu_plugin.guard import HOOK_NAMES, describe, guard, passes
 from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
-from hpu_plugin.patching import this_process
 from hpu_plugin.reporting import Once
 from hpu_plugin.switches import (
     DEFAULT_IMPORT_BUDGET,
@@ -309,6 +308,7 @@ def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], M
             yield attr, function, opts
 
 
+_registry: Registry | None = None
 _registry_lock = threading.RLock()
 _building = threading.local()
 
@@ -321,9 +321,10 @@ def get_registry() -> Registry:
     starts ``import torch`` while the registry is built outside it reaches here again:
     that is refused with the fix rather than waiting on the lock for ever.
     """
-    if this_process.registry is None:
+    global _registry
+    if _registry is None:
         with _registry_lock:
-            if this_process.registry is None:
+            if _registry is None:
                 if getattr(_building, "on", False):
                     raise RuntimeError(
                         "a plugin's import started `import torch` while the plugin registry "
@@ -335,5 +336,5 @@ def get_registry() -> Registry:
                     registry.load_entry_points()
                 finally:
                     _building.on = False
-                this_process.registry = registry
-    return this_process.registry
+                _registry = registry
+    return _registry

@@ -44,8 +44,7 @@ SEPARATE = ("memory 0.5", "local rank abc")
 BATCH = """
 import json, logging, os, sys
 import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
-from hpu_plugin import activation
-from hpu_plugin.patching import this_process
+from hpu_plugin import activation, registry
 lines = []
 class Keep(logging.Handler):
     def emit(self, record):
@@ -57,7 +56,7 @@ for case, values in CASES.items():
     os.environ.update(values)
     activation.state.clear()
     activation.state.update(status="off", reason="not run")
-    this_process.registry = None
+    registry._registry = None
     del lines[:]
     activation.autoload()
     results[case] = {

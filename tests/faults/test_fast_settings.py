@@ -41,8 +41,7 @@ GOOD = {
 BATCH = """
 import json, logging, os
 import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
-from hpu_plugin import activation
-from hpu_plugin.patching import this_process
+from hpu_plugin import activation, registry
 lines = []
 class Keep(logging.Handler):
     def emit(self, record):
@@ -54,7 +53,7 @@ for case, values in CASES.items():
     os.environ.update(values)
     activation.state.clear()
     activation.state.update(status="off", reason="not run")
-    this_process.registry = None
+    registry._registry = None
     del lines[:]
     activation.autoload()
     results[case] = {"status": activation.state["status"], "reason": activation.state["reason"],
