@@ -277,7 +277,9 @@ def test_emulation_beside_real_gaudi_software_is_refused(run, tmp_path):
     (fake / "torch" / "__init__.py").write_text("")
     out = run("""
         import sys, torch
-        assert not any(m.startswith("hpu_emulator") for m in sys.modules)
+        # only the start-up line's check ran (hpu_emulator.early): no runtime, no stand-ins
+        assert not {"hpu_emulator.runtime", "hpu_emulator.startup"} & set(sys.modules)
+        assert not any("standins" in entry for entry in sys.path)
         assert not hasattr(torch, "hpu")
         print("imported")
     """, {"PYTHONPATH": str(tmp_path / "site")})
