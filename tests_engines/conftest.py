@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,12 +82,23 @@ def finish(proc: subprocess.Popen[str], timeout: int = 600) -> tuple[int, str]:
     return proc.returncode, out
 
 
+def results(output: str) -> list[dict]:
+    """Every JSON object the job's processes printed after ``RESULT``, in order. Processes
+    of one job share the pipe and run unbuffered, where ``print`` writes the text and the
+    newline apart, so two reports can share a line: each is decoded where it starts."""
+    decoder = json.JSONDecoder()
+    found = []
+    for match in re.finditer(r"RESULT ", output):
+        found.append(decoder.raw_decode(output, match.end())[0])
+    return found
+
+
 def result(output: str) -> dict:
     """The JSON a job script prints after ``RESULT``."""
-    for line in output.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
-    raise AssertionError(f"no RESULT line in the job's output:\n{output[-6000:]}")
+    found = results(output)
+    if not found:
+        raise AssertionError(f"no RESULT line in the job's output:\n{output[-6000:]}")
+    return found[0]
 
 
 def free_port() -> int:

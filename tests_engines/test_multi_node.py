@@ -3,19 +3,14 @@ trains with hccl, and the pre-flight check stops a node that differs or never co
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
+from .conftest import results as reports
 from .conftest import two_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
-
-
-def reports(output: str) -> list[dict]:
-    return [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines()
-            if "RESULT " in line]
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
