@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from hpu_emulator import cache
+from hpu_emulator import cache, trust
 from hpu_emulator.errors import EmulationError
 
 CSRC = Path(__file__).parent / "csrc"
@@ -84,7 +84,7 @@ def _import_library(path: Path) -> ModuleType:
 
 def _ninja_on_path() -> None:
     """``ninja`` on PATH for the build (torch's extension builder runs it by name): the
-    PyPI package's binary, prepended through the emulator's ``Patches``."""
+    PyPI package's binary, appended through the emulator's ``Patches``."""
     if shutil.which("ninja"):
         return
     try:
@@ -94,18 +94,18 @@ def _ninja_on_path() -> None:
             "the Gaudi emulator must be compiled once but ninja is not installed; "
             "fix: pip install ninja (or pip install 'hpu-plugin[emulator]')"
         ) from None
-    from hpu_emulator.runtime import prepend_to_path
+    from hpu_emulator.runtime import append_to_path
 
-    prepend_to_path(ninja.BIN_DIR, "ninja")
+    append_to_path(ninja.BIN_DIR, "ninja")
 
 
 def _check_compiler() -> None:
     """``CXX`` (default ``c++``) must name a compiler that runs, before a build starts:
     an empty or wrong one otherwise fails deep in the build with nothing in its log."""
     raw = os.environ.get("CXX")
-    fix = ("set CXX to a C++ compiler (e.g. CXX=g++), or unset it to use c++; or build "
-           "elsewhere with `python -m hpu_emulator build` and share "
-           f"{cache_root()} (HPU_PLUGIN_CACHE_DIR)")
+    fix = ("set CXX to a C++ compiler (e.g. CXX=g++), or unset it to use c++; or let "
+           "someone who has one build it with `python -m hpu_emulator build` into a "
+           "directory only they (or root) can write, and point HPU_PLUGIN_CACHE_DIR there")
     if raw is not None and not raw.strip():
         raise EmulationError(f"CXX is set but empty, so no C++ compiler can be run; fix: {fix}")
     try:
@@ -143,16 +143,16 @@ def _explain(exc: BaseException, directory: Path) -> str:
     if "Killed" in text or "out of memory" in text.lower() or "virtual memory" in text:
         return (
             "compiling the Gaudi emulator ran out of memory (it needs about 2 GB); fix: free "
-            "memory or build on a larger machine with `python -m hpu_emulator build` "
-            f"and share {cache_root()} (HPU_PLUGIN_CACHE_DIR)"
+            "memory, or build on a larger machine with `python -m hpu_emulator build` and "
+            "copy the cache directory it prints into your own HPU_PLUGIN_CACHE_DIR"
         )
     lines = [line for line in text.splitlines() if ": error:" in line or "fatal error" in line]
     detail = (lines or text.strip().splitlines()[:1] or ["unknown error"])[0].strip()
     log = directory.parent / f"{directory.name}.error.log"
     try:
-        log.write_text(f"CXX={os.environ.get('CXX', 'c++')!r}\n{text}\n")
+        trust.write_text(log, f"CXX={os.environ.get('CXX', 'c++')!r}\n{text}\n")
         where = f"the full log is in {log}"
-    except OSError:
+    except (OSError, EmulationError):
         where = "no log could be written"
     return (
         f"compiling the Gaudi emulator with CXX={os.environ.get('CXX', 'c++')!r} failed "
@@ -172,6 +172,8 @@ def load(*, verbose: bool = False) -> ModuleType:
     directory = build_dir()
     lock_path = cache.lock_path(directory)
     if directory.exists():
+        trust.require(_library(directory), cache_root(), "load")
+        trust.require(directory / cache.MANIFEST, cache_root(), "read")
         with cache.locked(lock_path, exclusive=False):
             problem = cache.check(directory, _library(directory).name)
             if problem is None:
@@ -196,12 +198,13 @@ def _build(directory: Path, *, verbose: bool, force: bool = False) -> ModuleType
     _check_compiler()
     _ninja_on_path()
     try:
-        directory.parent.mkdir(parents=True, exist_ok=True)
+        trust.make_dirs(directory.parent)
     except OSError as exc:
         raise EmulationError(
             f"cannot create the emulator build cache {directory.parent} ({exc.strerror}); "
             "fix: set HPU_PLUGIN_CACHE_DIR to a writable directory"
         ) from None
+    trust.require(_library(directory), cache_root(), "build into")
     with cache.locked(cache.lock_path(directory), exclusive=True):
         problem = cache.check(directory, _library(directory).name)
         if problem is None and not force:  # another process built it while we waited

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from hpu_emulator import trust
 from hpu_emulator.errors import EmulationError
 from hpu_plugin import settings
 
@@ -59,8 +60,15 @@ def locked(path: Path, *, exclusive: bool) -> Iterator[None]:
 
     timeout = lock_timeout()
     try:
-        handle = open(path, "a+")
+        # never through a symlink: a planted one would make this process truncate its target
+        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o644), "r+")
     except OSError as exc:
+        if os.path.islink(path):
+            raise EmulationError(
+                f"the emulator build lock {path} is a symlink, which the emulator never "
+                "makes; fix: remove it, and check who could write that directory"
+            ) from None
         if not exclusive:  # a read-only shared cache: nobody can be writing it from here
             yield
             return
@@ -184,7 +192,7 @@ def staging_dir(directory: Path) -> Path:
     """A fresh directory beside ``directory`` to build into (this process's own)."""
     staging = directory.parent / f".{directory.name}.build-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
+    os.mkdir(staging, trust.DIRECTORY_MODE)
     return staging
 
 
@@ -194,10 +202,11 @@ def publish(staging: Path, directory: Path, library: str) -> None:
     Called with the exclusive lock held, so no process is reading ``directory``.
     """
     path = staging / library
+    os.chmod(path, 0o755)  # whatever the umask: a library others can write is not loaded
     with open(path, "rb") as handle:
         os.fsync(handle.fileno())
     manifest = {"library": library, "size": path.stat().st_size, "sha256": _sha256(path)}
-    (staging / MANIFEST).write_text(json.dumps(manifest))
+    trust.write_text(staging / MANIFEST, json.dumps(manifest))
     if directory.exists():
         old = directory.parent / f".{directory.name}.old-{os.getpid()}"
         shutil.rmtree(old, ignore_errors=True)

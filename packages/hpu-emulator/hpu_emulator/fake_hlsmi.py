@@ -14,7 +14,6 @@ import os
 import re
 import shlex
 import shutil
-import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,25 +125,28 @@ def install_shim() -> Path | None:
     ``python -m hpu_emulator.fake_hlsmi`` always works)."""
     if shutil.which("hl-smi"):
         return None
+    from hpu_emulator import trust
     from hpu_emulator.build import cache_root
 
     # one shim per interpreter: it runs this interpreter, which has hpu_plugin installed
     tag = hashlib.sha256(sys.executable.encode()).hexdigest()[:12]
-    directory = cache_root() / "bin" / tag
+    root = cache_root()
+    directory = root / "bin" / tag
     shim = directory / "hl-smi"
     text = shim_text()
+    trust.require(shim, root, "put on PATH")
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        trust.make_dirs(directory)
         if not shim.exists() or shim.read_text() != text:
             tmp = directory / f".hl-smi.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.chmod(tmp.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+            trust.write_text(tmp, text, mode=0o755)
+            os.chmod(tmp, 0o755)
             tmp.replace(shim)
     except (OSError, UnicodeError):
         return None
-    from hpu_emulator.runtime import prepend_to_path
+    from hpu_emulator.runtime import append_to_path
 
-    prepend_to_path(str(directory), "hl-smi")
+    append_to_path(str(directory), "hl-smi")
     return directory
 
 

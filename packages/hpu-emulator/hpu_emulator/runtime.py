@@ -46,11 +46,12 @@ def add_standins() -> None:
             "os.environ['PYTHONPATH'] (the stand-ins, for child processes)")
 
 
-def prepend_to_path(directory: str, why: str) -> None:
-    """Put ``directory`` first on ``PATH`` for this process and its children (they run
-    ``why``, e.g. ``hl-smi``, by name), through :data:`patches`."""
+def append_to_path(directory: str, why: str) -> None:
+    """Put ``directory`` last on ``PATH`` for this process and its children (they run
+    ``why``, e.g. ``hl-smi``, by name), through :data:`patches`. Last, so that it only
+    adds the program that was missing and can never stand in for one of the user's."""
     path = os.environ.get("PATH", "")
-    patches.set_item(os.environ, "PATH", directory + os.pathsep + path,
+    patches.set_item(os.environ, "PATH", path + os.pathsep + directory if path else directory,
                      f"os.environ['PATH'] (for {why})")
 
 
