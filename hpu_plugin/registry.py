@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import threading
 import time
 import types
@@ -147,6 +148,7 @@ class Registry:
     def _load(self, ep: metadata.EntryPoint, record: PluginRecord) -> object | None:
         """Import one plugin, timed; ``None`` (reported) when it failed."""
         start, before = time.perf_counter(), set(threading.enumerate())
+        watch = self._watch_import(record)
         try:
             plugin, record.import_seconds = load_plugin(ep)
         except BaseException as exc:  # a broken plugin must not break the program
@@ -156,6 +158,9 @@ class Registry:
             record.status, record.reason = "failed", f"import failed: {describe(exc)}"
             self._report(record, "import", record.reason + "; skipped", exc)
             return None
+        finally:
+            if watch is not None:
+                watch.cancel()
         threads = [t.name for t in threading.enumerate() if t not in before and not t.daemon]
         if threads:
             self._report(record, "thread", f"left the non-daemon thread(s) {describe(threads)} "
@@ -165,6 +170,34 @@ class Registry:
             self._report(record, "slow", f"took {record.import_seconds:.1f} s to import, more "
                          f"than {ENV_IMPORT_BUDGET}={budget:g}; every `import torch` pays it")
         return plugin
+
+    def _watch_import(self, record: PluginRecord) -> threading.Timer | None:
+        """Name a third-party import while it is still running after the import budget.
+
+        An import that never returns cannot be interrupted safely (see :mod:`.loader`), and
+        ``import torch`` would wait for it with no word: this line says which plugin it
+        waits for and the switch that skips it. Our own plugins are not watched, so a
+        process pays for no thread unless a third-party plugin is installed.
+        """
+        if record.first_party:
+            return None
+        budget = self.selection.import_budget
+        fix = disable_value(record)
+
+        def still_importing() -> None:
+            sys.stderr.write(
+                f"hpu_plugin: still importing the plugin {record.name!r} "
+                f"({record.distribution} {record.version}) after {budget:g} s "
+                f"({ENV_IMPORT_BUDGET}); `import torch` waits for it. If it never returns, "
+                f"stop the program and skip it with {ENV_DISABLE}={fix}, or run "
+                "`hpu-plugin doctor` to check every plugin's import.\n")
+            sys.stderr.flush()
+
+        watch = threading.Timer(budget, still_importing)
+        watch.daemon = True
+        watch.name = "hpu_plugin import watch"
+        watch.start()
+        return watch
 
     def register(self, plugin: object, record: PluginRecord) -> None:
         """Register ``plugin`` (a module, a class or an instance) behind the guard.

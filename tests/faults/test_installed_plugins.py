@@ -12,8 +12,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+from extensions.conftest import NEUTRAL_CWD
 
 from .conftest import (
     FATAL_IMPORTS,
@@ -229,3 +232,33 @@ def test_facts_that_are_not_text_end_no_rank_of_a_job(fault_plugins, tmp_path):
     assert "rank 0 done" in output and "rank 1 done" in output
     reports = [line for line in done.stderr.splitlines() if "plugin 'facts_object'" in line]
     assert reports and all(f"HPU_PLUGIN_DISABLE={FAULT_DIST}:facts_object" in r for r in reports)
+
+
+def test_an_import_that_never_returns_is_named_while_it_hangs(fault_plugins):
+    """``import torch`` cannot go on past such an import, but it says which plugin it waits
+    for and the switch that skips it; with that switch the same program runs."""
+    off = f"HPU_PLUGIN_DISABLE={FAULT_DIST}:imp_loop"
+    env = environ(HPU_PLUGIN_EMULATE="1", HPU_FAULT_CASE="imp_loop",
+                  HPU_PLUGIN_IMPORT_BUDGET="0.5")
+    proc = subprocess.Popen([sys.executable, "-c", "import torch"], env=env, text=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            cwd=NEUTRAL_CWD)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")),
+                              daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not any("still importing" in line for line in lines):
+            assert proc.poll() is None, "".join(lines)
+            assert time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    line = next(line for line in lines if "still importing" in line)
+    assert "'imp_loop'" in line and FAULT_DIST in line and off in line, line
+    done = run("import torch; from hpu_plugin import activation; "
+               "print(activation.state['status'])", {**env, **dict([off.split("=", 1)])})
+    assert done.returncode == 0 and done.stdout.strip() == "active", done.stderr[-2000:]
+    assert "still importing" not in done.stderr
