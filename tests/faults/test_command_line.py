@@ -156,3 +156,62 @@ def test_a_full_disk_during_the_build_names_the_space(tmp_path):
     assert done.returncode != 0
     assert "ran out of disk space" in done.stderr and str(tmp_path / "cache") in done.stderr
     assert "HPU_PLUGIN_CACHE_DIR" in done.stderr and "check the compiler" not in done.stderr
+
+
+def _failing_compiler(path: Path, error: str, seconds: float = 0) -> Path:
+    """A CXX that answers ``--version`` as the real one and fails every compile with
+    ``error``, after ``seconds``."""
+    path.write_text("#!/bin/sh\ncase \"$*\" in *--version*) exec c++ \"$@\";; esac\n"
+                    f"sleep {seconds}\necho \"{error}\" >&2\nexit 1\n")
+    path.chmod(0o755)
+    return path
+
+
+IMPORT_TORCH = [sys.executable, "-c", "import torch"]
+
+
+def test_a_failed_build_is_not_retried_by_every_process(tmp_path):
+    """The first process compiles and fails; the next with the same compiler says so at
+    once; ``python -m hpu_emulator build`` retries, and so does another compiler."""
+    cxx = _failing_compiler(tmp_path / "cxx", "emulator.cpp:1:1: error: boom")
+    env = scrubbed(HPU_PLUGIN_EMULATE="1", HPU_PLUGIN_CACHE_DIR=str(tmp_path / "cache"),
+                   CXX=str(cxx))
+    first = subprocess.run(IMPORT_TORCH, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and "compiling the Gaudi emulator for" in first.stderr
+    assert "boom" in first.stderr, first.stderr[-2000:]
+    again = subprocess.run(IMPORT_TORCH, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "compiling the Gaudi emulator for" not in again.stderr
+    assert "boom" in again.stderr and "that build failed at" in again.stderr
+    assert "does not try it again" in again.stderr
+    assert "`python -m hpu_emulator build` to retry" in again.stderr
+    retried = subprocess.run([sys.executable, "-m", "hpu_emulator", "build"], env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert retried.returncode == 1 and "compiling the Gaudi emulator for" in retried.stderr
+    other = _failing_compiler(tmp_path / "cxx2", "emulator.cpp:1:1: error: other")
+    switched = subprocess.run(IMPORT_TORCH, env={**env, "CXX": str(other)},
+                              capture_output=True, text=True, timeout=300)
+    assert "compiling the Gaudi emulator for" in switched.stderr and "other" in switched.stderr
+
+
+def test_a_missing_python_header_names_the_python_headers(tmp_path):
+    cxx = _failing_compiler(
+        tmp_path / "cxx", "emulator.cpp:1:10: fatal error: Python.h: No such file or directory")
+    env = scrubbed(HPU_PLUGIN_CACHE_DIR=str(tmp_path / "cache"), CXX=str(cxx))
+    done = subprocess.run([sys.executable, "-m", "hpu_emulator", "build"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Python.h is missing" in done.stderr
+    assert "-dev" in done.stderr and "python3-devel" in done.stderr
+    assert "torch headers" not in done.stderr
+
+
+def test_a_long_build_says_it_is_still_going(tmp_path, monkeypatch, capsys):
+    from hpu_emulator import build
+    from hpu_emulator.errors import EmulationError
+
+    monkeypatch.setenv("HPU_PLUGIN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CXX", str(_failing_compiler(tmp_path / "cxx", "x: error: slow", 4)))
+    monkeypatch.setattr(build, "PROGRESS_EVERY", 1.0)
+    with pytest.raises(EmulationError, match="slow"):
+        build.rebuild()
+    err = capsys.readouterr().err
+    assert "still compiling the Gaudi emulator (" in err, err

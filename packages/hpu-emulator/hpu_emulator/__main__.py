@@ -13,7 +13,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpu_emulator")
     sub = parser.add_subparsers(dest="command", required=True)
-    build_cmd = sub.add_parser("build", help="compile the C++ runtime into the cache now")
+    build_cmd = sub.add_parser("build", help="compile the C++ runtime into the cache now (also "
+                               "retries a build that failed: processes that emulate do not)")
     build_cmd.add_argument("-v", "--verbose", action="store_true", help="show compiler output")
     build_cmd.add_argument("--force", action="store_true",
                            help="rebuild even when the cached build is sound")
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.force:
             build.rebuild(verbose=args.verbose)
         else:
-            build.load(verbose=args.verbose)
+            build.load(verbose=args.verbose, retry=True)
     except EmulationError as exc:
         print(f"hpu_plugin: {exc}", file=sys.stderr)
         return 1

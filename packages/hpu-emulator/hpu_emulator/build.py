@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -26,6 +27,7 @@ import sys
 import sysconfig
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -146,6 +148,14 @@ def _explain(exc: BaseException, directory: Path) -> str:
             "memory, or build on a larger machine with `python -m hpu_emulator build` and "
             "copy the cache directory it prints into your own HPU_PLUGIN_CACHE_DIR"
         )
+    if "Python.h: No such file" in text:
+        return (
+            "compiling the Gaudi emulator needs this Python's C headers, and Python.h is "
+            f"missing (Python {sysconfig.get_python_version()}, looked for in "
+            f"{sysconfig.get_path('include')}); fix: install them (Debian/Ubuntu: apt-get "
+            f"install python{sysconfig.get_python_version()}-dev; Fedora/RHEL: dnf install "
+            "python3-devel), then run `python -m hpu_emulator build`"
+        )
     lines = [line for line in text.splitlines() if ": error:" in line or "fatal error" in line]
     detail = (lines or text.strip().splitlines()[:1] or ["unknown error"])[0].strip()
     log = directory.parent / f"{directory.name}.error.log"
@@ -161,11 +171,14 @@ def _explain(exc: BaseException, directory: Path) -> str:
     )
 
 
-def load(*, verbose: bool = False) -> ModuleType:
+def load(*, verbose: bool = False, retry: bool = False) -> ModuleType:
     """The runtime module, built first if this torch has no sound cached build.
 
     Takes the cache's lock (shared) to check and map the build, so a build in progress is
     waited for, never read; a missing or damaged build is (re)built under the exclusive lock.
+    A build that failed is not tried again by the next process with the same compiler (each
+    would take a minute to print the same error): ``retry`` (``python -m hpu_emulator
+    build``) tries again.
     """
     if NAME in sys.modules:
         return sys.modules[NAME]
@@ -180,7 +193,34 @@ def load(*, verbose: bool = False) -> ModuleType:
                 return _import_checked(directory)
         sys.stderr.write(f"hpu_plugin: the cached Gaudi emulator {directory} is damaged "
                          f"({problem}); it is not loaded, but rebuilt.\n")
-    return _build(directory, verbose=verbose)
+    return _build(directory, verbose=verbose, retry=retry)
+
+
+def _failure_path(directory: Path) -> Path:
+    return directory.parent / f"{directory.name}.failed"
+
+
+def _compiler() -> str:
+    return os.environ.get("CXX", "c++")
+
+
+def _last_failure(directory: Path) -> str | None:
+    """The error of the last failed build of ``directory`` with this compiler, if any."""
+    try:
+        record = json.loads(_failure_path(directory).read_text())
+        if record["cxx"] == _compiler():
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(record["since"])))
+            return (f"{record['message']} (that build failed at {stamp}; a process that "
+                    "emulates does not try it again with the same CXX)")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _record_failure(directory: Path, message: str) -> None:
+    with contextlib.suppress(OSError, EmulationError):
+        trust.write_text(_failure_path(directory), json.dumps(
+            {"cxx": _compiler(), "message": message, "since": time.time()}))
 
 
 def _import_checked(directory: Path) -> ModuleType:
@@ -194,7 +234,8 @@ def _import_checked(directory: Path) -> ModuleType:
         ) from exc
 
 
-def _build(directory: Path, *, verbose: bool, force: bool = False) -> ModuleType:
+def _build(directory: Path, *, verbose: bool, force: bool = False,
+           retry: bool = False) -> ModuleType:
     _check_compiler()
     _ninja_on_path()
     try:
@@ -209,9 +250,17 @@ def _build(directory: Path, *, verbose: bool, force: bool = False) -> ModuleType
         problem = cache.check(directory, _library(directory).name)
         if problem is None and not force:  # another process built it while we waited
             return _import_checked(directory)
+        failed = None if force or retry else _last_failure(directory)
+        if failed:
+            raise EmulationError(failed)
         staging = cache.staging_dir(directory)
-        module = _compile(staging, verbose=verbose)
+        try:
+            module = _compile(staging, verbose=verbose)
+        except EmulationError as exc:
+            _record_failure(directory, str(exc))
+            raise
         cache.publish(staging, directory, _library(staging).name)
+        _failure_path(directory).unlink(missing_ok=True)
         return module
 
 
@@ -248,7 +297,7 @@ def _compile(staging: Path, *, verbose: bool) -> ModuleType:
         proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            code = proc.wait()
+            code = _wait_saying_so(proc)
         except BaseException:
             _end_group(proc)
             shutil.rmtree(staging, ignore_errors=True)
@@ -263,6 +312,23 @@ def _compile(staging: Path, *, verbose: bool) -> ModuleType:
         raise EmulationError(message)
     sys.stderr.write("hpu_plugin: the Gaudi emulator is built.\n")
     return _import_library(_library(staging))
+
+
+#: Seconds between the lines that say a build is still going (it is silent otherwise).
+PROGRESS_EVERY = 20.0
+
+
+def _wait_saying_so(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for the compiling child, with a line every :data:`PROGRESS_EVERY` seconds: a
+    first build takes one to a few minutes, and silence looks like a hang."""
+    start = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=PROGRESS_EVERY)
+        except subprocess.TimeoutExpired:
+            sys.stderr.write(f"hpu_plugin: still compiling the Gaudi emulator "
+                             f"({time.monotonic() - start:.0f} s) ...\n")
+            sys.stderr.flush()
 
 
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
