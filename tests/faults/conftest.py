@@ -171,3 +171,45 @@ def report(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
 
 # In-process cases write real plugin distributions with tests/registry's fixture.
 from registry.conftest import _eager_mode, site  # noqa: E402, F401
+
+#: One process, activation run again for each case (``import torch`` with autoload off):
+#: what each ended as, what it logged, whether the emulator started and which Gaudi defaults
+#: stayed exported; what a case changed is taken back before the next.
+ACTIVATE_EACH = """
+import json, logging, os, sys
+import torch
+from hpu_plugin import activation, registry
+lines = []
+class Keep(logging.Handler):
+    def emit(self, record):
+        lines.append(record.getMessage())
+logging.getLogger("hpu_plugin").addHandler(Keep())
+results = {}
+for case, values in CASES.items():
+    saved = dict(os.environ)
+    os.environ.update(values)
+    activation.state.clear()
+    activation.state.update(status="off", reason="not run")
+    registry._registry = None
+    del lines[:]
+    activation.autoload()
+    results[case] = {
+        "status": activation.state["status"], "reason": activation.state["reason"],
+        "emulator": "hpu_plugin_emulator" in sys.modules,
+        "exported": [n for n in ("PT_HPU_LAZY_MODE", "PT_ENABLE_INT64_SUPPORT")
+                     if n in os.environ and n not in values],
+        "messages": list(lines), "tensor": torch.ones(2).tolist()}
+    activation.state.update(status="failed")  # the next case starts from nothing changed
+    activation._take_back()
+    os.environ.clear()
+    os.environ.update(saved)
+print("REPORT " + json.dumps(results))
+"""
+
+
+def activate_each(cases: dict[str, dict[str, str]]) -> dict[str, dict[str, object]]:
+    """:data:`ACTIVATE_EACH` over ``cases`` (name: environment values): each one's result."""
+    done = run(ACTIVATE_EACH.replace("CASES.items()", f"{cases!r}.items()"),
+               environ(TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return report(done)  # type: ignore[return-value]

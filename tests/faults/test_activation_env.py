@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import environ, report, run
+from .conftest import activate_each, environ, report, run
 
 PROGRAM = """
 import json, os, sys
@@ -41,36 +41,6 @@ CASES = {
 #: Each in its own ``import torch``; the other cases run activation again in one process.
 SEPARATE = ("memory 0.5", "local rank abc")
 
-BATCH = """
-import json, logging, os, sys
-import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
-from hpu_plugin import activation, registry
-lines = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        lines.append(record.getMessage())
-logging.getLogger("hpu_plugin").addHandler(Keep())
-results = {}
-for case, values in CASES.items():
-    saved = dict(os.environ)
-    os.environ.update(values)
-    activation.state.clear()
-    activation.state.update(status="off", reason="not run")
-    registry._registry = None
-    del lines[:]
-    activation.autoload()
-    results[case] = {
-        "status": activation.state["status"], "reason": activation.state["reason"],
-        "emulator": "hpu_plugin_emulator" in sys.modules,
-        "exported": [n for n in ("PT_HPU_LAZY_MODE", "PT_ENABLE_INT64_SUPPORT")
-                     if n in os.environ and n not in values],
-        "messages": list(lines), "tensor": torch.ones(2).tolist()}
-    os.environ.clear()
-    os.environ.update(saved)
-print("REPORT " + json.dumps(results))
-"""
-
-
 def _values(case: str) -> dict[str, str]:
     values = {"HPU_PLUGIN_EMULATE": "1", **CASES[case][0]}
     if case == "cache unwritable":
@@ -99,10 +69,7 @@ def test_a_bad_setting_turns_the_plugin_off_cleanly(case):
 @pytest.fixture(scope="module")
 def batch() -> dict[str, dict[str, object]]:
     cases = {case: _values(case) for case in CASES if case not in SEPARATE}
-    done = run(BATCH.replace("CASES.items()", f"{cases!r}.items()"),
-               environ(TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return report(done)  # type: ignore[return-value]
+    return activate_each(cases)
 
 
 @pytest.mark.parametrize("case", [case for case in CASES if case not in SEPARATE])

@@ -17,7 +17,7 @@ from processes import TRAINING_ROWS, emulated, result_of, run_python
 from hpu_plugin.fast_paths.decisions import FAST_PATHS
 from hpu_plugin.gaudi import tuning
 
-from .conftest import environ, report, run
+from .conftest import activate_each, environ, report, run
 
 #: A bad value, and the fix its message must carry.
 BAD = {
@@ -38,34 +38,6 @@ GOOD = {
     "HPU_PLUGIN_BUCKETS_CACHE": " ",
 }
 
-BATCH = """
-import json, logging, os
-import torch  # TORCH_DEVICE_BACKEND_AUTOLOAD=0 here: activation runs below, once per case
-from hpu_plugin import activation, registry
-lines = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        lines.append(record.getMessage())
-logging.getLogger("hpu_plugin").addHandler(Keep())
-results = {}
-for case, values in CASES.items():
-    saved = dict(os.environ)
-    os.environ.update(values)
-    activation.state.clear()
-    activation.state.update(status="off", reason="not run")
-    registry._registry = None
-    del lines[:]
-    activation.autoload()
-    results[case] = {"status": activation.state["status"], "reason": activation.state["reason"],
-                     "messages": list(lines), "tensor": torch.ones(2).tolist()}
-    activation.state.update(status="failed")  # the next case starts from nothing changed
-    activation._take_back()
-    os.environ.clear()
-    os.environ.update(saved)
-print("REPORT " + json.dumps(results))
-"""
-
-
 def test_every_fast_path_switch_is_checked_up_front():
     assert {path.setting for path in FAST_PATHS} == {
         f"{tuning.FAST}_{name}" for name in tuning.FAST_NAMES}
@@ -80,10 +52,7 @@ def batch() -> dict[str, dict[str, object]]:
     cases = {name: {"HPU_PLUGIN_EMULATE": "1", name: value} for name, (value, _) in BAD.items()}
     cases["good"] = {"HPU_PLUGIN_EMULATE": "1", **GOOD}
     cases["unset"] = {"HPU_PLUGIN_EMULATE": "1"}
-    done = run(BATCH.replace("CASES.items()", f"{cases!r}.items()"),
-               environ(TORCH_DEVICE_BACKEND_AUTOLOAD="0"), timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return report(done)  # type: ignore[return-value]
+    return activate_each(cases)
 
 
 @pytest.mark.parametrize("name", list(BAD))
