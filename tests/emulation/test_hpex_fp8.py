@@ -187,3 +187,46 @@ def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_me
     assert "autocast refused: FP8 not supported on Gaudi, Gaudi2 or higher required" in out
     assert "disabled autocast runs (2, 4)" in out
     assert "cast refused: cast_to_fp8_v2: fp8 is not supported on GAUDI" in out
+
+
+SCALED_MM = r"""
+import torch
+torch.manual_seed(0)
+a8 = (torch.rand(12, 16) * 5.0).to(torch.float8_e4m3fn)
+b8 = (torch.rand(16, 24) * 10.0).to(torch.float8_e4m3fn)
+a, b = a8.float(), b8.float()
+sa, sb, sr = torch.tensor(2.71), torch.tensor(3.14), torch.tensor(0.05)
+hpu = lambda t: t.to("hpu")
+# the bridge's own reference (test_hpu_scaled_mm_25): mm * scale_a * scale_b * scale_result
+expected = a @ b * sa * sb * sr
+got = torch._scaled_mm(hpu(a8), hpu(b8), scale_a=hpu(sa), scale_b=hpu(sb),
+                       scale_result=hpu(sr), out_dtype=torch.float8_e4m3fn)
+err = ((got.float().cpu() - expected).abs() / expected.abs()).max().item()
+print("fp8 out", got.dtype, got.device.type, err <= 0.125)
+bf = torch._scaled_mm(hpu(a8), hpu(b8), scale_a=hpu(sa), scale_b=hpu(sb),
+                      out_dtype=torch.bfloat16)
+ref = a @ b * sa * sb
+print("bf16 out", ((bf.float().cpu() - ref).abs() / ref.abs()).max().item() <= 0.015)
+huge = torch._scaled_mm(hpu(a8), hpu(b8), scale_a=hpu(sa), scale_b=hpu(sb),
+                        out_dtype=torch.float8_e4m3fn)
+print("saturates at", huge.float().max().item(), "nan", huge.float().isnan().any().item())
+try:
+    torch._scaled_mm(hpu(a8), hpu(b8.float().to(torch.float8_e5m2)), scale_a=hpu(sa),
+                     scale_b=hpu(sb), out_dtype=torch.bfloat16)
+    print("mixed ok")
+except RuntimeError as exc:
+    print("mixed refused", "only on Gaudi3" in str(exc))
+"""
+
+
+@pytest.mark.parametrize("generation, limit, mixed", [
+    ("gaudi2", "240.0", "mixed refused True"), ("gaudi3", "448.0", "mixed ok")])
+def test_scaled_mm_computes_as_the_bridge(run, generation, limit, mixed):
+    """``torch._scaled_mm`` on hpu multiplies by ``scale_result`` (torch's CPU kernel, which
+    the emulator runs underneath, divides), saturates an fp8 result at the generation's E4M3
+    limit instead of NaN, and takes mixed fp8 inputs only on Gaudi3."""
+    out = run(SCALED_MM, {"HPU_PLUGIN_EMULATE": generation}).stdout
+    assert "fp8 out torch.float8_e4m3fn hpu True" in out, out
+    assert "bf16 out True" in out, out
+    assert f"saturates at {limit} nan False" in out, out
+    assert mixed in out, out

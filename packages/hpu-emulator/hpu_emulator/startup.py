@@ -61,6 +61,9 @@ def start() -> None:
     from hpu_emulator import gaudi_faults
 
     gaudi_faults.register()
+    from hpu_emulator import aten_numerics
+
+    aten_numerics.register()
 
 
 def _load_habana_ops() -> None:

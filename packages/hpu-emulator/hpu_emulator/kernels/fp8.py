@@ -161,3 +161,33 @@ def fp8_gemm_v2_scalar(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B:
                        ) -> torch.Tensor:
     return fp8_gemm_v2(A, trans_A, B, trans_B, D, out_dtype, A_scale_inv, B_scale_inv, bias,
                        accumulate, B_scale_shape)
+
+
+def scaled_mm(self: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor,
+              scale_b: torch.Tensor, bias: torch.Tensor | None = None,
+              scale_result: torch.Tensor | None = None, out_dtype: torch.dtype | None = None,
+              use_fast_accum: bool = False) -> torch.Tensor:
+    """``torch._scaled_mm`` as the bridge computes it (its op test, ``test_hpu_scaled_mm_25``:
+    ``mm(a, b) * scale_a * scale_b * scale_result + bias``), where torch's CPU kernel divides
+    by ``scale_result``. The product accumulates in float32; an fp8 result saturates at the
+    emulated generation's limit (E4M3: 240 on Gaudi2) instead of becoming NaN. Mixed fp8
+    inputs need Gaudi3, as the bridge's test says."""
+    from hpu_emulator import runtime
+
+    _generation_checked("_scaled_mm")
+    expect(self.dtype in FP8 and mat2.dtype in FP8,
+           f"_scaled_mm: both inputs must be float8, got {self.dtype} and {mat2.dtype}")
+    if self.dtype != mat2.dtype:
+        expect(runtime.current_config().generation == "gaudi3",
+               f"_scaled_mm: mixed fp8 inputs ({_flo8_name(self.dtype)} and "
+               f"{_flo8_name(mat2.dtype)}) are supported only on Gaudi3")
+    out = torch.matmul(self.float(), mat2.float()) * scale_a.float() * scale_b.float()
+    if scale_result is not None:
+        out = out * scale_result.float()
+    if bias is not None:
+        out = out + bias.float()
+    dtype = out_dtype or self.dtype
+    if dtype in FP8:
+        bound = limit(dtype)
+        out = out.clamp(-bound, bound)
+    return out.to(dtype)
