@@ -82,9 +82,14 @@ both(lambda q: RotaryPosEmbeddingHelperV2.apply(q, cos[None, None].to("hpu"),
                                                sin[None, None].to("hpu"), position_ids.to("hpu")),
      lambda q: q * cos[position_ids].unsqueeze(1) + rotate_half(q) * sin[position_ids].unsqueeze(1),
      [q], "float32", "rope V2 position ids")
-both(lambda q: RotaryPosEmbeddingHelperV1.apply(q, cos[None, None].to("hpu"),
-                                               sin[None, None].to("hpu"), 3),
-     lambda q: q * cos[3:3 + L] + rotate_half(q) * sin[3:3 + L], [q], "float32", "rope V1 offset")
+# V1 with an offset, as the bridge's own test builds it: the tables carry `offset` leading
+# columns on their last dim, and the kernel reads cos[..., offset:offset + D]
+lead = torch.rand(L, 3)
+ocos, osin = (torch.cat((lead, t[:L]), dim=-1) for t in (cos, sin))
+both(lambda q: RotaryPosEmbeddingHelperV1.apply(q, ocos[None, None].to("hpu"),
+                                               osin[None, None].to("hpu"), 3),
+     lambda q: q * ocos[..., 3:3 + D] + rotate_half(q) * osin[..., 3:3 + D], [q], "float32",
+     "rope V1 offset")
 qb = q.to(torch.bfloat16)
 both(lambda q: RotaryPosEmbeddingHelperV2.apply(q, cos[None, None].to("hpu"),
                                                sin[None, None].to("hpu"), position_ids.to("hpu")),

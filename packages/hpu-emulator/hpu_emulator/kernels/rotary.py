@@ -10,9 +10,12 @@ GPT-J/ChatGLM). The formulas are the ones the bridge documents in
 
 Which cos/sin rows apply: with ``position_ids`` (``[batch, seq]``, how optimum-habana calls
 it with a ``[1, 1, max_positions, dim]`` table), row ``position_ids[b, l]`` for query
-``[b, :, l]`` (Transformers' ``cos[position_ids].unsqueeze(1)``); without, the table is
-sliced to the input's sequence from ``offset`` on its sequence dim (``-2``) when that dim is
-not 1, and broadcast otherwise.
+``[b, :, l]`` (Transformers' ``cos[position_ids].unsqueeze(1)``); without, ``offset`` picks
+where the values start on the table's last dim, ``cos[..., offset:offset + D]`` for an input
+whose last dim is ``D`` (the bridge's own reference, ``apply_rotary_pos_emb_v1_ref`` in its
+``test_hpu_rotary_pos_embedding_helper.py``, whose tables carry ``offset`` leading columns),
+and the table broadcasts against the input. A table longer than the input's sequence (dim
+``-2``) is cut to it from its start; the bridge's sources do not say what it does there.
 
 The backward is the transpose of that linear map: ``g * cos - rotate(g * sin)``.
 """
@@ -41,8 +44,9 @@ def _table(x: torch.Tensor, table: torch.Tensor, position_ids: torch.Tensor | No
         rows = table.reshape(-1, table.shape[-1])
         picked = rows[position_ids.to(device=rows.device, dtype=torch.int64)]
         return picked.unsqueeze(1) if x.dim() == 4 and picked.dim() == 3 else picked
-    if table.dim() >= 2 and table.shape[-2] != 1:
-        table = table.narrow(-2, offset, x.shape[-2])
+    table = table[..., offset:offset + x.shape[-1]]
+    if table.dim() >= 2 and x.dim() >= 2 and table.shape[-2] > x.shape[-2] > 1:
+        table = table.narrow(-2, 0, x.shape[-2])
     return table
 
 
@@ -54,9 +58,10 @@ def _check(op: str, x: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, offse
     expect(x.shape[-1] % 2 == 0, f"{op}: the last dim of input must be even, got {x.shape[-1]}")
     expect(sin.shape == cos.shape,
            f"{op}: sin and cos must have one shape, got {list(sin.shape)} and {list(cos.shape)}")
-    expect(cos.shape[-1] == x.shape[-1],
-           f"{op}: cos/sin last dim ({cos.shape[-1]}) must equal input's ({x.shape[-1]})")
     expect(offset >= 0, f"{op}: offset must be >= 0, got {offset}")
+    expect(cos.shape[-1] == x.shape[-1] or (offset > 0 and cos.shape[-1] >= offset + x.shape[-1]),
+           f"{op}: cos/sin last dim ({cos.shape[-1]}) must equal input's ({x.shape[-1]}), "
+           f"or hold offset + that ({offset + x.shape[-1]}) when offset is given")
 
 
 def rotary_pos_embedding(input: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor,
