@@ -172,18 +172,23 @@ def report(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
 # In-process cases write real plugin distributions with tests/registry's fixture.
 from registry.conftest import _eager_mode, site  # noqa: E402, F401
 
-#: One process, activation run again for each case (``import torch`` with autoload off):
-#: what each ended as, what it logged, whether the emulator started and which Gaudi defaults
-#: stayed exported; what a case changed is taken back before the next.
-ACTIVATE_EACH = """
-import json, logging, os, sys
-import torch
-from hpu_plugin import activation, registry
+#: The head of a batch script: what ``hpu_plugin`` logs goes into ``lines``.
+KEEP_LOGS = """
+import logging
 lines = []
 class Keep(logging.Handler):
     def emit(self, record):
         lines.append(record.getMessage())
 logging.getLogger("hpu_plugin").addHandler(Keep())
+"""
+
+#: One process, activation run again for each case (``import torch`` with autoload off):
+#: what each ended as, what it logged, whether the emulator started and which Gaudi defaults
+#: stayed exported; what a case changed is taken back before the next.
+ACTIVATE_EACH = KEEP_LOGS + """
+import json, os, sys
+import torch
+from hpu_plugin import activation, registry
 results = {}
 for case, values in CASES.items():
     saved = dict(os.environ)

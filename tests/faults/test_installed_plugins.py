@@ -23,6 +23,7 @@ from .conftest import (
     FAULT_DIST,
     HOOK_FAULTS,
     IMPORT_FAULTS,
+    KEEP_LOGS,
     NAMES_DIST,
     environ,
     report,
@@ -76,15 +77,10 @@ SEPARATE = ("imp_exit",)
 #: Reported but loaded: a slow import and one that leaves a thread running.
 LOADED = ("imp_slow", "imp_thread")
 
-BATCH = """
-import json, logging, os, sys
+BATCH = KEEP_LOGS + """
+import json, os, sys
 import torch
 from hpu_plugin.registry import Registry, Selection
-lines = []
-class Keep(logging.Handler):
-    def emit(self, record):
-        lines.append(record.getMessage())
-logging.getLogger("hpu_plugin").addHandler(Keep())
 results = {}
 for case in sys.argv[1:]:
     os.environ["HPU_FAULT_CASE"] = case

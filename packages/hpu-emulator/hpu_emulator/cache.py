@@ -60,15 +60,8 @@ def locked(path: Path, *, exclusive: bool) -> Iterator[None]:
 
     timeout = lock_timeout()
     try:
-        # never through a symlink: a planted one would make this process truncate its target
-        handle = open(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              0o644), "r+")
+        handle = open(trust.create(path, truncate=False, readable=True), "r+")
     except OSError as exc:
-        if os.path.islink(path):
-            raise EmulationError(
-                f"the emulator build lock {path} is a symlink, which the emulator never "
-                "makes; fix: remove it, and check who could write that directory"
-            ) from None
         if not exclusive:  # a read-only shared cache: nobody can be writing it from here
             yield
             return

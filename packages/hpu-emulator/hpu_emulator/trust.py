@@ -85,10 +85,12 @@ def make_dirs(path: Path) -> None:
             pass
 
 
-def create(path: Path, *, mode: int = 0o644, truncate: bool = True) -> int:
-    """Open ``path`` for writing, created with ``mode`` if missing, never through a
-    symlink (``O_NOFOLLOW``): the descriptor."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+def create(path: Path, *, mode: int = 0o644, truncate: bool = True,
+           readable: bool = False) -> int:
+    """Open ``path`` for writing (and reading, when ``readable``), created with ``mode`` if
+    missing, never through a symlink (``O_NOFOLLOW``): the descriptor. A symlink there is
+    refused with :class:`EmulationError`; other failures raise their ``OSError``."""
+    flags = (os.O_RDWR if readable else os.O_WRONLY) | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     if truncate:
         flags |= os.O_TRUNC
     try:
@@ -96,8 +98,9 @@ def create(path: Path, *, mode: int = 0o644, truncate: bool = True) -> int:
     except OSError as exc:
         if os.path.islink(path):
             raise EmulationError(
-                f"the Gaudi emulator will not write {path}: it is a symlink; fix: remove it "
-                "(the emulator writes only files of its own)"
+                f"the Gaudi emulator will not write {path}: it is a symlink, which the "
+                "emulator never makes; fix: remove it, and check who could write that "
+                "directory"
             ) from None
         raise exc
 
