@@ -1,12 +1,13 @@
 """Finding plugin entry points and importing them, timed.
 
 A plugin's import runs inside ``import torch``, on the thread that imports torch. It is
-timed, and one slower than ``HPU_PLUGIN_IMPORT_BUDGET`` is reported by name after it
-finished; it is not interrupted. An interruption cannot be made safe: raised into an import
-it can land inside another module's import (leaving it half done) or inside a lock, and it
-cannot end a C call. A plugin whose import never returns, or ends the process
-(``os._exit``), is named by ``hpu-plugin doctor``, which imports each plugin in a child
-process of its own (:mod:`hpu_plugin.diagnostics.imports`).
+timed, and one slower than ``HPU_PLUGIN_IMPORT_BUDGET`` is reported by name once: while it
+is still running (a third-party plugin) or after it finished; it is not interrupted. An
+interruption cannot be made safe: raised into an import it can land inside another
+module's import (leaving it half done) or inside a lock, and it cannot end a C call. A
+plugin whose import never returns, or ends the process (``os._exit``), is named by
+``hpu-plugin doctor``, which imports each plugin in a child process of its own
+(:mod:`hpu_plugin.diagnostics.imports`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import sys
 import threading
 import time
 import types
@@ -148,7 +147,7 @@ class Registry:
     def _load(self, ep: metadata.EntryPoint, record: PluginRecord) -> object | None:
         """Import one plugin, timed; ``None`` (reported) when it failed."""
         start, before = time.perf_counter(), set(threading.enumerate())
-        watch = self._watch_import(record)
+        watch, watched = self._watch_import(record)
         try:
             plugin, record.import_seconds = load_plugin(ep)
         except BaseException as exc:  # a broken plugin must not break the program
@@ -159,45 +158,53 @@ class Registry:
             self._report(record, "import", record.reason + "; skipped", exc)
             return None
         finally:
-            if watch is not None:
+            if watch is not None:  # a report being written as the import ends is finished
                 watch.cancel()
+                watch.join()
         threads = [t.name for t in threading.enumerate() if t not in before and not t.daemon]
         if threads:
             self._report(record, "thread", f"left the non-daemon thread(s) {describe(threads)} "
                          "running after its import: the program cannot exit while they run")
         budget = self.selection.import_budget
         if record.import_seconds > budget:
-            self._report(record, "slow", f"took {record.import_seconds:.1f} s to import, more "
-                         f"than {ENV_IMPORT_BUDGET}={budget:g}; every `import torch` pays it")
+            slow = (f"took {record.import_seconds:.1f} s to import, more than "
+                    f"{ENV_IMPORT_BUDGET}={budget:g}; every `import torch` pays it")
+            if watched and watched[0] in record.faults:  # said while it ran: not said again
+                record.faults[record.faults.index(watched[0])] = slow
+                record.reason = slow if record.reason == watched[0] else record.reason
+            else:
+                self._report(record, "slow", slow)
         return plugin
 
-    def _watch_import(self, record: PluginRecord) -> threading.Timer | None:
-        """Name a third-party import while it is still running after the import budget.
+    def _watch_import(self, record: PluginRecord) -> tuple[threading.Timer | None, list[str]]:
+        """Report a third-party import that is still running after the import budget, while
+        it runs: the timer, and the fault it recorded once it fired.
 
         An import that never returns cannot be interrupted safely (see :mod:`.loader`), and
-        ``import torch`` would wait for it with no word: this line says which plugin it
-        waits for and the switch that skips it. Our own plugins are not watched, so a
-        process pays for no thread unless a third-party plugin is installed.
+        ``import torch`` would wait for it with no word: the report says which plugin it
+        waits for and the switch that skips it. It is the plugin's one "slow" report; when
+        the import ends, the record gets its duration instead, without a second line. Our
+        own plugins are not watched, so a process pays for no thread unless a third-party
+        plugin is installed.
         """
+        fired: list[str] = []
         if record.first_party:
-            return None
+            return None, fired
         budget = self.selection.import_budget
-        fix = disable_value(record)
 
         def still_importing() -> None:
-            sys.stderr.write(
-                f"hpu_plugin: still importing the plugin {record.name!r} "
-                f"({record.distribution} {record.version}) after {budget:g} s "
-                f"({ENV_IMPORT_BUDGET}); `import torch` waits for it. If it never returns, "
-                f"stop the program and skip it with {ENV_DISABLE}={fix}, or run "
-                "`hpu-plugin doctor` to check every plugin's import.\n")
-            sys.stderr.flush()
+            self._report(record, "slow", (
+                f"is still importing after {budget:g} s, more than {ENV_IMPORT_BUDGET}="
+                f"{budget:g}; `import torch` waits for it, and every `import torch` pays it; "
+                "if it never returns, stop the program and skip it, or run `hpu-plugin "
+                "doctor` to check every plugin's import"))
+            fired.extend(record.faults[-1:])
 
         watch = threading.Timer(budget, still_importing)
         watch.daemon = True
         watch.name = "hpu_plugin import watch"
         watch.start()
-        return watch
+        return watch, fired
 
     def register(self, plugin: object, record: PluginRecord) -> None:
         """Register ``plugin`` (a module, a class or an instance) behind the guard.
