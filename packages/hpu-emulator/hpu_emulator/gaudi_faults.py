@@ -12,18 +12,16 @@ Only faults with a public source are modelled:
   ``is_torch_hpu_available``, and issue 39175 lists it as "only on Gaudi1". ``masked_fill``
   reaches the same kernel.
 
-The refusal is a kernel for the HPU dispatch key that calls the kernel registered before it
-(the emulator's fallback) for every other input; CPU ops never see it.
+The refusals are C++ kernels for the HPU dispatch key (``csrc/emulator.cpp``), as the
+bridge's kernels are: a library's Python kernel over them (Transformers' workarounds, the
+plugin's copy of them) is an override of a C++ kernel, which every torch release allows,
+where a second Python kernel for the same op is refused by some (2.11). Every other input
+runs the emulator's fallback; CPU ops never see them. The messages live here.
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
-import torch
-
-from hpu_emulator import ops
+from hpu_emulator import runtime
 
 GATHER_INT64 = (
     "Graph compile failed with synStatus 26 [Generic failure] (gather of an int64 input on "
@@ -38,52 +36,16 @@ MASKED_FILL_INT64 = (
 )
 
 
-def _refusing_int64_masked_fill(original: Any) -> Any:
-    def masked_fill_(keyset: Any, self: torch.Tensor, mask: torch.Tensor,
-                     value: Any) -> torch.Tensor:
-        if self.dtype == torch.int64:
-            raise RuntimeError(MASKED_FILL_INT64)
-        return original.call_boxed(keyset, self, mask, value)
-
-    return masked_fill_
-
-
 def _first_generation() -> bool:
-    from hpu_emulator import runtime
-
     return runtime.current_config().generation == "gaudi"
 
 
-def _refusing_int64_gather(original: Any) -> Any:
-    def gather(keyset: Any, self: torch.Tensor, dim: int, index: torch.Tensor,
-               *, sparse_grad: bool = False) -> torch.Tensor:
-        if self.dtype == torch.int64:
-            raise RuntimeError(GATHER_INT64)
-        return original.call_boxed(keyset, self, dim, index, sparse_grad=sparse_grad)
-
-    return gather
-
-
-def register() -> bool:
-    """Install the modelled faults once; ``False`` when torch cannot (no ``get_kernel``)."""
-    with ops.lock:
-        if ops.registered(__name__):
-            return True
-        get_kernel = getattr(torch.library, "get_kernel", None)
-        if get_kernel is None:  # torch < 2.9: the fault stays unmodelled
-            return False
-        library = ops.library(__name__, "aten", "IMPL")
-        with warnings.catch_warnings():  # "Overriding a previously registered kernel"
-            warnings.simplefilter("ignore", UserWarning)
-            library.impl("gather", _refusing_int64_gather(get_kernel("aten::gather", "HPU")),
-                         "HPU", with_keyset=True)
-            if _first_generation():
-                for op in ("masked_fill_.Scalar", "masked_fill_.Tensor"):
-                    kernel = _refusing_int64_masked_fill(get_kernel(f"aten::{op}", "HPU"))
-                    library.impl(op, kernel, "HPU", with_keyset=True)
-        return True
+def register() -> None:
+    """Turn the modelled faults on for this process's emulated generation."""
+    masked_fill = MASKED_FILL_INT64 if _first_generation() else ""
+    runtime.extension().set_faults(GATHER_INT64, masked_fill)
 
 
 def unregister() -> None:
-    """Remove the modelled faults (the earlier kernels become active again)."""
-    ops.drop(__name__)
+    """Turn the modelled faults off."""
+    runtime.extension().set_faults("", "")

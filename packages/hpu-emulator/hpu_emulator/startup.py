@@ -45,6 +45,9 @@ def start() -> None:
 
     if getattr(torch, "hpu", None) is not hpu:
         torch._register_device_module("hpu", hpu)
+    from hpu_emulator import cuda_build
+
+    cuda_build.install()
     hpu._wrap_torch_manual_seed(runtime.patches)
     from hpu_emulator import lazy
 

@@ -9,6 +9,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/op_registration/op_registration.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/detail/HPUHooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
@@ -411,8 +412,12 @@ struct HPUHooks final : HPUHooksInterface {
   bool hasHPU() const override {
     return hpu_emu::g_config.device_count > 0;
   }
+  // torch picks one built-in accelerator and refuses a second ("Cannot have both HPU and
+  // cuda."); a CUDA build always counts as built, GPU or not. On one, HPU says "not built",
+  // so torch's C++ never raises (cuda_build.py routes torch.accelerator's Python side).
   bool isBuilt() const override {
-    return true;
+    static const bool cuda_built = at::detail::getCUDAHooks().isBuilt();
+    return !cuda_built;
   }
   bool isAvailable() const override {
     return hpu_emu::g_config.device_count > 0;
@@ -1118,6 +1123,40 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   run_on_cpu(op, stack);
 }
 
+// Faults of the Gaudi stack the emulator models (gaudi_faults.py says which, with sources).
+// They are C++ kernels, as the bridge's are, so a Python kernel a library registers over
+// them (Transformers' workarounds) is an override of a C++ kernel, which every torch
+// allows. An empty message turns a fault off.
+std::mutex g_fault_mutex;
+std::string g_gather_int64_fault;
+std::string g_masked_fill_int64_fault;
+
+std::string fault_message(const std::string& fault) {
+  std::lock_guard<std::mutex> guard(g_fault_mutex);
+  return fault;
+}
+
+// gather(self, dim, index, *, sparse_grad): self is the first of four arguments.
+void gather(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const auto& self = torch::jit::peek(*stack, 0, 4).toTensor();
+  if (self.scalar_type() == at::kLong) {
+    auto message = fault_message(g_gather_int64_fault);
+    TORCH_CHECK(message.empty(), message);
+  }
+  fallback(op, ks, stack);
+}
+
+// masked_fill_(self, mask, value), both overloads.
+void masked_fill_(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
+                  torch::jit::Stack* stack) {
+  const auto& self = torch::jit::peek(*stack, 0, 3).toTensor();
+  if (self.scalar_type() == at::kLong) {
+    auto message = fault_message(g_masked_fill_int64_fault);
+    TORCH_CHECK(message.empty(), message);
+  }
+  fallback(op, ks, stack);
+}
+
 // .item(), bool(t), a Python number from an hpu tensor: a copy to the host that waits for
 // the device, not a kernel launch.
 void local_scalar_dense(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
@@ -1156,6 +1195,11 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("_fused_sdp_choice", TORCH_FN(hpu_emu::fused_sdp_choice));
   m.impl("_local_scalar_dense",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::local_scalar_dense>());
+  m.impl("gather", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::gather>());
+  m.impl("masked_fill_.Scalar",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::masked_fill_>());
+  m.impl("masked_fill_.Tensor",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::masked_fill_>());
   // Composite kernels that pick a backend by device: on hpu they would choose
   // convolution_overrideable, which has no kernel. Run them on the CPU views instead.
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
@@ -1296,6 +1340,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return hpu_emu::default_generator(static_cast<c10::DeviceIndex>(index));
   });
   m.def("route_to_cpu_kernels", &hpu_emu::route_to_cpu_kernels);
+  m.def("set_faults", [](const std::string& gather_int64, const std::string& masked_fill_int64) {
+    std::lock_guard<std::mutex> guard(hpu_emu::g_fault_mutex);
+    hpu_emu::g_gather_int64_fault = gather_int64;
+    hpu_emu::g_masked_fill_int64_fault = masked_fill_int64;
+  });
   m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
   m.def("launch_counters", [] {
     return std::unordered_map<std::string, uint64_t>{
