@@ -163,6 +163,30 @@ def check_generation(doctor: Doctor) -> list[Finding]:
     return [Finding("generation", "ok", f"{generation.name}: bf16{supported}")]
 
 
+def check_software(doctor: Doctor) -> list[Finding]:
+    """Do the Gaudi software, its torch and the driver belong to one release
+    (``gaudi.releases``)? On the emulator: which release it emulates."""
+    from hpu_plugin.gaudi import releases
+    from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
+
+    bridge = inventory.version(GAUDI_DISTRIBUTION)
+    if not inventory.gaudi_software():
+        if not inventory.emulation_requested() or bridge is None:
+            return []
+        return [Finding(
+            "gaudi-software", "info",
+            f"emulated Gaudi software {releases.software_release(bridge) or bridge} (the "
+            f"bridge release the emulator follows), on the torch installed here "
+            f"({inventory.version('torch')}): the emulator runs on every torch hpu-plugin "
+            "supports, so the release's own torch is not required",
+        )]
+    answer = inventory.query_hlsmi(("driver_version",))
+    rows = answer.rows or []
+    driver = rows[0].get("driver_version") if rows else None
+    generation = doctor.generation.name if doctor.generation is not None else None
+    return releases.check(bridge, inventory.version("torch"), driver, generation)
+
+
 def check_visible_devices(doctor: Doctor) -> list[Finding]:
     """``HABANA_VISIBLE_DEVICES`` outside ``docker run`` selects nothing."""
     from hpu_plugin.gaudi import visibility
@@ -344,6 +368,7 @@ RULES: tuple[Callable[[Doctor], list[Finding]], ...] = (
     check_variables,
     check_hlsmi,
     check_generation,
+    check_software,
     check_visible_devices,
     check_devices,
     check_mode,

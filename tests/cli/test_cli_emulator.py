@@ -76,6 +76,7 @@ def test_devices(emulator, extra, modules, generation, visible):
         ({"HPU_PLUGIN_EMULATE": "gaudi"}, ("--dtype", "fp16"), 1, "first-generation Gaudi"),
         ({"HPU_PLUGIN_EMULATE": "gaudi"}, ("--bnb", "4"), 1, "bitsandbytes does not run"),
         ({}, ("--bnb", "4"), 0, "4-bit NF4"),
+        ({}, (), 0, "emulated Gaudi software 1.19.0"),
     ],
 )
 def test_doctor(emulator, extra, args, code, expected):
