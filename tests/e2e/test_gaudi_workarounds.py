@@ -187,8 +187,10 @@ def test_cholesky_retries_with_jitter_when_the_result_has_nan_on_hpu(report):
 def test_cpu_ops_are_torchs_own(report):
     assert report["builtins"] == "True"
     assert report["frames_cpu"] == "0"
-    # the same check sees the Python kernels on hpu (the emulator's fault model, and the
-    # workaround over it where Transformers has one): it can fail
-    assert int(report["frames_hpu"]) > 0
+    # the emulator's fault model is C++, as the bridge's kernels are; the same check sees the
+    # plugin's Python kernel on hpu where Transformers has a workaround, so it can fail
     if _release(report) >= (4, 53):
-        assert int(report["frames_hpu"]) > int(report["frames_hpu_undone"])
+        assert int(report["frames_hpu"]) > 0
+        assert report["frames_hpu_undone"] == "0"
+    else:
+        assert report["frames_hpu"] == "0"
