@@ -25,7 +25,11 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -338,6 +342,7 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(HPU, HPUGuardImpl)
 
+
 // ---------------------------------------------------------------- generators
 
 // An HPU generator wraps a CPU (mt19937) generator: the CPU kernels
@@ -413,11 +418,10 @@ struct HPUHooks final : HPUHooksInterface {
     return hpu_emu::g_config.device_count > 0;
   }
   // torch picks one built-in accelerator and refuses a second ("Cannot have both HPU and
-  // cuda."); a CUDA build always counts as built, GPU or not. On one, HPU says "not built",
-  // so torch's C++ never raises (cuda_build.py routes torch.accelerator's Python side).
+  // cuda."); a CUDA build counts as built, GPU or not. HPU is built when CUDA is not: on a
+  // CPU build, as on a Gaudi, and on a CUDA build once stand_down_absent_cuda() ran.
   bool isBuilt() const override {
-    static const bool cuda_built = at::detail::getCUDAHooks().isBuilt();
-    return !cuda_built;
+    return !at::detail::getCUDAHooks().isBuilt();
   }
   bool isAvailable() const override {
     return hpu_emu::g_config.device_count > 0;
@@ -1325,6 +1329,52 @@ void reset_accumulated(int device) {
 
 }  // namespace
 
+namespace hpu_emu {
+
+// On a CUDA build torch's C++ takes CUDA for "the" accelerator, GPU or not, and
+// device-generic code follows it: the autograd engine syncs every gradient of an hpu tensor
+// on the accelerator's stream (torch 2.9 on), pin_memory() pins for the accelerator. With no
+// GPU visible nothing CUDA can run, so CUDA's hooks are made to answer "not built", as on a
+// CPU build: HPU is then the accelerator torch's C++ and Python see, as on a Gaudi. torch
+// offers no switch for this, so the one virtual slot is rewritten in the CUDA hooks' table
+// (Itanium C++ ABI, Linux). Returns "" when done, else why not.
+bool cuda_not_built(const at::AcceleratorHooksInterface* /*self*/) {
+  return false;
+}
+
+std::string stand_down_absent_cuda() {
+  const at::AcceleratorHooksInterface& hooks = at::detail::getCUDAHooks();
+  if (!hooks.isBuilt()) {
+    return "";
+  }
+  using IsBuilt = bool (at::AcceleratorHooksInterface::*)() const;
+  struct MemberPointer {
+    uintptr_t ptr;
+    ptrdiff_t adj;
+  };
+  static_assert(sizeof(IsBuilt) == sizeof(MemberPointer), "not the Itanium C++ ABI");
+  IsBuilt member = &at::AcceleratorHooksInterface::isBuilt;
+  MemberPointer raw;
+  std::memcpy(&raw, &member, sizeof raw);
+  if ((raw.ptr & 1) == 0 || raw.adj != 0) {
+    return "isBuilt is not a virtual slot this emulator knows how to find";
+  }
+  void** slot = *reinterpret_cast<void** const*>(&hooks) + (raw.ptr - 1) / sizeof(void*);
+  const auto page_size = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  void* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(slot) & ~(page_size - 1));
+  if (mprotect(page, page_size, PROT_READ | PROT_WRITE) != 0) {
+    return std::string("mprotect: ") + std::strerror(errno);
+  }
+  *slot = reinterpret_cast<void*>(&cuda_not_built);
+  mprotect(page, page_size, PROT_READ);
+  if (hooks.isBuilt()) {
+    return "the CUDA hooks still answer built";
+  }
+  return "";
+}
+
+}  // namespace hpu_emu
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("configure", &configure);
   m.def("device_count", [] { return hpu_emu::g_config.device_count; });
@@ -1340,6 +1390,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return hpu_emu::default_generator(static_cast<c10::DeviceIndex>(index));
   });
   m.def("route_to_cpu_kernels", &hpu_emu::route_to_cpu_kernels);
+  m.def("stand_down_absent_cuda", &hpu_emu::stand_down_absent_cuda);
   m.def("set_faults", [](const std::string& gather_int64, const std::string& masked_fill_int64) {
     std::lock_guard<std::mutex> guard(hpu_emu::g_fault_mutex);
     hpu_emu::g_gather_int64_fault = gather_int64;
