@@ -186,8 +186,9 @@ def sdpa_recomp_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         seed, dm = torch.zeros(1, dtype=torch.int32, device=q.device), None
     out = torch.matmul(_apply_dropout(probs, dm, p), v.float()).to(q.dtype)
     if not requires_backward:
-        one = torch.zeros(1, dtype=q.dtype, device=q.device)
-        return out, one, one.float(), seed
+        # two tensors: a custom op's outputs may not alias each other (torch 2.12 refuses it)
+        return (out, torch.zeros(1, dtype=q.dtype, device=q.device),
+                torch.zeros(1, dtype=torch.float32, device=q.device), seed)
     fast_bf16 = softmax_mode.lower() == "fast" and q.dtype == torch.bfloat16
     return out, m.to(q.dtype), linv.to(torch.bfloat16 if fast_bf16 else torch.float32), seed
 
