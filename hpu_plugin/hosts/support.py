@@ -79,10 +79,6 @@ LIBRARIES_TESTED = {
 #: Below these, the hosts have no HPU code at all: the adapters stay out of them.
 HPU_CODE_SINCE = {"transformers": "4.51", "accelerate": "1.5.0"}
 
-#: The first Transformers release whose ``is_torch_hpu_available`` replaces ``torch.compile``
-#: with a wrapper of its own (``hpu_backend_compile``); the torch adapter refuses it from there.
-TRANSFORMERS_COMPILE_WRAPPER_SINCE = "4.55"
-
 #: The first Gaudi bridge (``habana-torch-plugin``) release read whose ``torch.hpu.device``
 #: exit selects a device its enter did not (``set_device(-1)`` with no module id): 1.19.0,
 #: the release the bridge's public repository publishes. No later release has been read

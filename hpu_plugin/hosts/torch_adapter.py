@@ -3,26 +3,28 @@ restores nothing its enter did not change.
 
 ``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
 so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
-imports it. Transformers >= 4.55 installs a compile wrapper of its own inside
-``is_torch_hpu_available``; a hook decides the backend here, so where that Transformers is
-installed the wrapper is refused (it would rewrite the request before any hook saw it).
+imports it. Transformers >= 4.55 installs a compile wrapper of its own inside its
+``is_torch_hpu_available`` (the plugin replaces that check, but a reference taken earlier
+still runs it): the wrapper rewrites every backend but ``eager`` to ``hpu_backend`` and then
+calls the ``torch.compile`` it found, ours. A hook decides the backend here, so a call that
+comes through the wrapper is taken as one whose backend is the hooks' to choose, and
+``torch.compile`` is ours again from then on. The ``torch`` module itself is left as it is:
+Dynamo before torch 2.13 breaks the graph at every ``import torch`` whose result is not
+exactly a module (``IMPORT_NAME`` in ``torch/_dynamo/symbolic_convert.py``).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 from hpu_plugin.hosts.callers import find_caller
-from hpu_plugin.hosts.support import (
-    BRIDGE_DEVICE_EXIT_FAULT_SINCE,
-    TRANSFORMERS_COMPILE_WRAPPER_SINCE,
-    release_key,
-)
+from hpu_plugin.hosts.support import BRIDGE_DEVICE_EXIT_FAULT_SINCE, release_key
 from hpu_plugin.patching import (
     Patches,
     host_version,
@@ -30,7 +32,6 @@ from hpu_plugin.patching import (
     original_of,
     ours,
     record_out,
-    stay_out,
 )
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import Once, say_once
@@ -78,6 +79,10 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:
+        if _called_by_transformers_wrapper(sys._getframe(1)):
+            _take_back(compile)
+            if kwargs.get("backend") == "hpu_backend":  # the wrapper's, whatever was asked
+                del kwargs["backend"]
         if not args and kwargs.get("model") is None:
             kwargs.pop("model", None)
 
@@ -96,54 +101,25 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
     return ours(compile)
 
 
-def _is_transformers_compile_wrapper(value: object) -> bool:
+def _called_by_transformers_wrapper(frame: types.FrameType) -> bool:
     return (
-        getattr(value, "__module__", "") == "transformers.utils.import_utils"
-        and getattr(value, "__name__", "") == "hpu_backend_compile"
+        frame.f_code.co_name == "hpu_backend_compile"
+        and frame.f_globals.get("__name__") == "transformers.utils.import_utils"
     )
 
 
-def transformers_has_compile_wrapper(version: str) -> bool:
-    """Whether Transformers ``version`` (read from its metadata: activation runs before
-    Transformers is imported, if it ever is) installs its own HPU compile wrapper."""
-    key, since = release_key(version), release_key(TRANSFORMERS_COMPILE_WRAPPER_SINCE)
-    return key is not None and since is not None and key[0] >= since[0]
+def _take_back(compile: Callable[..., Any]) -> None:
+    """``torch.compile`` is ours again (undo still restores torch's own)."""
+    import torch
 
-
-def _guard_torch_module(torch: types.ModuleType, patches: Patches) -> None:
-    """Keep ``torch.compile`` routed through the hooks when Transformers re-patches it.
-
-    The plugin's ``is_torch_hpu_available`` never installs the wrapper, but the original
-    still can, through a reference taken before the adapter replaced it. A module's
-    attribute assignment can only be intercepted by its class, so the ``torch`` module gets
-    a subclass of its own class that drops that one assignment (recorded and undone with
-    the other patches). Only where the installed Transformers has the wrapper.
-    """
-    base = type(torch)
-
-    class GuardedTorchModule(base):  # type: ignore[valid-type, misc]
-        __slots__ = ()
-
-        def __setattr__(self, name: str, value: Any) -> None:
-            if name == "compile" and _is_transformers_compile_wrapper(value):
-                say_once(
-                    "transformers-compile-wrapper", logging.INFO,
-                    "hpu_plugin: Transformers' own HPU torch.compile wrapper is not installed; "
-                    "the hpu_compile_backend hooks choose the backend instead.",
-                )
-                return
-            super().__setattr__(name, value)
-
-    try:
-        torch.__class__ = GuardedTorchModule
-    except TypeError as exc:
-        stay_out("torch", "compile guard", f"assignable module class ({exc})")
-        return
-
-    def undo() -> None:
-        torch.__class__ = base
-
-    patches.on_undo(undo, "torch.__class__")
+    if torch.compile is not compile:
+        torch.compile = compile
+        say_once(
+            "transformers-compile-wrapper", logging.INFO,
+            "hpu_plugin: Transformers' own HPU torch.compile wrapper was installed; "
+            "torch.compile is the plugin's again and the hpu_compile_backend hooks choose "
+            "the backend.",
+        )
 
 
 def install_compile(registry: Registry, patches: Patches) -> None:
@@ -153,8 +129,6 @@ def install_compile(registry: Registry, patches: Patches) -> None:
     if original is None:
         return
     patches.set(torch, "compile", make_compile(registry, original))
-    if transformers_has_compile_wrapper(host_version("transformers")):
-        _guard_torch_module(torch, patches)
 
 
 def make_init_process_group(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
