@@ -18,9 +18,11 @@ they are. Only classes whose arithmetic is Llama's (``weight * x / rms(x)``, ``e
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -159,26 +161,67 @@ def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     return weight * normed.to(hidden_states.dtype)
 
 
+class FusedForward:
+    """:func:`fused_rms_forward` bound to one norm layer, as its instance's ``forward``.
+
+    A model is saved whole (``torch.save(model)``, pickle) with each layer's instance state,
+    so this pickles as the layer's class ``forward`` given the layer (a ``functools.partial``): the saved model loads
+    and runs as Transformers wrote it, also where hpu-plugin is not installed. A deep copy of
+    the model is bound to the copy's layer and keeps the kernel."""
+
+    __slots__ = ("__self__",)
+    __hpu_plugin__ = True
+
+    def __init__(self, norm: Any) -> None:
+        self.__self__ = norm
+
+    def __call__(self, hidden_states: Any) -> Any:
+        return fused_rms_forward(self.__self__, hidden_states)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (functools.partial, (type(self.__self__).forward, self.__self__))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FusedForward:
+        return FusedForward(copy.deepcopy(self.__self__, memo))
+
+
+def _forward_is_the_class_own(norm: Any) -> bool:
+    """No ``forward`` of the instance's own, or its class's bound to it (what a model saved
+    with the kernel loads with): a ``forward`` set by the user is theirs and stays."""
+    bound = vars(norm).get("forward")
+    return bound is None or (
+        isinstance(bound, functools.partial) and bound.func is type(norm).forward
+        and len(bound.args) == 1 and bound.args[0] is norm and not bound.keywords
+    )
+
+
+#: Models already looked at, and how many of their norm layers took the kernel (kept off the
+#: model, whose state a save would carry to where the kernel may not be).
+_fused_counts: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
 def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
-    """Give the model's Llama-style RMSNorm layers the fused kernel; how many were given it.
-    Each layer's ``forward`` and the model's count go through ``patches``: undoing the plugin
-    gives the layers their class's ``forward`` again."""
-    if getattr(model, NORMS, None) is not None:
-        return int(getattr(model, NORMS))
+    """Give the model's Llama-style RMSNorm layers the fused kernel; how many have it.
+    Each layer's ``forward`` goes through ``patches``: undoing the plugin gives the layers
+    their class's ``forward`` again."""
+    if model in _fused_counts:
+        return _fused_counts[model]
     if _fused_rms_norm() is None:
         return 0
-    norms = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
-             and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
-             and m.weight.device.type == DEVICE_TYPE and not is_ours(vars(m).get("forward"))]
+    candidates = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
+                  and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
+                  and m.weight.device.type == DEVICE_TYPE]
+    given = sum(1 for m in candidates if isinstance(vars(m).get("forward"), FusedForward))
+    norms = [m for m in candidates if _forward_is_the_class_own(m)]
     if norms and take(registry, "fused_rms_norm",
                       {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
-            patches.set_on_instance(norm, "forward", types.MethodType(ours(fused_rms_forward),
-                                                                      norm))
-    else:
-        norms = []
-    patches.set_on_instance(model, NORMS, len(norms))
-    return len(norms)
+            patches.set_on_instance(norm, "forward", FusedForward(norm))
+        given += len(norms)
+    if not _fused_counts:
+        patches.on_undo(_fused_counts.clear, "fused RMSNorm: the models looked at")
+    _fused_counts[model] = given
+    return given
 
 
 # -- installing -----------------------------------------------------------------------------
@@ -199,8 +242,6 @@ def install_attention(registry: Registry, patches: Patches, module: types.Module
 
 
 MARK = "_hpu_plugin_fused_norms"
-#: The model attribute that says how many of its norm layers were given the kernel.
-NORMS = "_hpu_plugin_norms"
 
 
 def _norms_at(registry: Registry, patches: Patches, method: Callable[..., Any],

@@ -205,20 +205,27 @@ def _modules_of(model: Any) -> tuple[str, ...]:
     return taken
 
 
+def _is_transformers_own(function: Any) -> bool:
+    return (function is not None and not is_ours(function)
+            and str(getattr(function, "__module__", "")).startswith("transformers."))
+
+
 def fuse_rope(registry: Registry, patches: Patches, model: Any) -> list[str]:
     """Rebind ``apply_rotary_pos_emb`` in the model's Llama-style modeling modules to the
-    dispatcher, once per module, where the fast path is on; the modules rebound now."""
+    dispatcher, once per module, where the fast path is on; the modules rebound now. Only
+    Transformers' own function is rebound: one the user bound there, before or after the
+    plugin's, is theirs and stays."""
     if not hasattr(model, "modules") or not _on_hpu(model):
         return []
     unbound = [sys.modules[name] for name in _modules_of(model)
-               if name in sys.modules and not is_ours(vars(sys.modules[name]).get(NAME))]
+               if name in sys.modules and _is_transformers_own(vars(sys.modules[name]).get(NAME))]
     model_type = getattr(getattr(model, "config", None), "model_type", "")
     if not unbound or _helper() is None or not take(registry, "fused_rope", {"model": model_type}):
         return []
     rebound = []
     with _rebinding:  # two threads starting work at once must not wrap a module twice
         for module in unbound:
-            if not is_ours(vars(module).get(NAME)):
+            if _is_transformers_own(vars(module).get(NAME)):
                 patches.set(module, NAME, make_rope(registry, vars(module)[NAME]))
                 rebound.append(module.__name__)
     return rebound

@@ -193,3 +193,80 @@ def test_fused_optimizer_under_fp16_with_a_gradient_scaler(run):
         # step with an infinite input is skipped), also after the first scaled step
         assert on == [0, 1, 1, 0, 1, 1], (fused, on)
         assert r["skipped"][0] == r["skipped"][1], (fused, r["skipped"])
+
+
+USER_BINDINGS = r"""
+import copy, json, pickle, sys
+import torch
+import transformers.models.llama.modeling_llama as modeling
+from transformers import LlamaConfig, LlamaForCausalLM
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=64,
+                                     pad_token_id=0)).to("hpu").eval()
+ids = torch.tensor([[5, 9, 14, 27, 3, 8]])
+
+def tokens(m):
+    return m.generate(ids.to("hpu"), max_new_tokens=4, do_sample=False).cpu().tolist()
+
+first = tokens(model)  # the fast paths take the model here
+calls = {"norm": 0, "rope": 0}
+norm = model.model.norm
+class_forward = type(norm).forward
+
+def my_norm(hidden_states):
+    calls["norm"] += 1
+    return class_forward(norm, hidden_states)
+
+def my_rope(q, k, cos, sin, *args, **kwargs):
+    calls["rope"] += 1
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return (q * cos + modeling.rotate_half(q) * sin, k * cos + modeling.rotate_half(k) * sin)
+
+plugin_rope = modeling.apply_rotary_pos_emb
+norm.forward, modeling.apply_rotary_pos_emb = my_norm, my_rope
+second = tokens(model)
+kept = norm.forward is my_norm and modeling.apply_rotary_pos_emb is my_rope
+del norm.forward
+modeling.apply_rotary_pos_emb = plugin_rope
+twin = copy.deepcopy(model)
+pickle.loads(pickle.dumps(model))
+model.cpu()
+with torch.no_grad():
+    logits = model(ids).logits
+torch.save(model, sys.argv[1])
+torch.save(logits, sys.argv[1] + ".logits")
+print("RESULT" + json.dumps({"same": [first == second, first == tokens(twin)], "calls": calls,
+                             "kept": kept}))
+"""
+
+LOAD = r"""
+import json, sys
+import torch
+model = torch.load(sys.argv[1], weights_only=False)
+with torch.no_grad():
+    same = torch.equal(model(torch.tensor([[5, 9, 14, 27, 3, 8]])).logits,
+                       torch.load(sys.argv[1] + ".logits"))
+print("RESULT" + json.dumps({"same": same, "plugin": "hpu_plugin.activation" in sys.modules}))
+"""
+
+
+@pytest.mark.e2e
+def test_what_the_user_bound_stays_and_a_fused_model_copies_and_saves_as_before(run, tmp_path):
+    """After a first ``generate()`` gave the model the fused kernels: a ``forward`` the user
+    sets on a norm layer and an ``apply_rotary_pos_emb`` they bind stay theirs; the model
+    deep-copies and pickles, and ``torch.save(model)`` loads where no Gaudi (and so no
+    plugin) is in play, running as Transformers wrote it."""
+    import sys
+
+    saved = str(tmp_path / "model.pt")
+    out = run("", {"TRANSFORMERS_VERBOSITY": "error"},
+              args=[sys.executable, "-c", USER_BINDINGS, saved]).stdout
+    result = result_of(out)
+    assert result["kept"] is True
+    assert result["calls"]["norm"] > 0 and result["calls"]["rope"] > 0, result
+    assert result["same"] == [True, True], result
+    loaded = result_of(run("", emulate=None, args=[sys.executable, "-c", LOAD, saved]).stdout)
+    assert loaded == {"same": True, "plugin": False}
