@@ -30,9 +30,11 @@ already has a ``forward`` of its own (the user's ``wrap_in_hpu_graph``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -50,10 +52,32 @@ BACKEND = "hpu_backend"
 MOST = tuning.GRAPHS_MOST
 #: generate() arguments and generation settings that are the user's choice of compilation.
 CHOICES = ("compile_config", "disable_compile", "cache_implementation")
-KEYS = "_hpu_plugin_graph_keys"
-REFUSED = "_hpu_plugin_graphs_refused"
-LOCK = "_hpu_plugin_graphs_lock"
 SWITCH = BY_NAME[NAME].setting
+
+
+@dataclasses.dataclass
+class _Graphs:
+    """What one model's graphs keep between ``generate()`` calls. Held beside the model, not
+    in it: a model is copied, pickled and saved with its instance state, and a lock, a graph
+    wrapper or a kept cache has no place there (nor where the plugin is absent)."""
+
+    keys: set[tuple[int, ...]] = dataclasses.field(default_factory=set)
+    refused: bool = False
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    forward: Any = None  # lazy mode: the bridge's HPU-graph wrapper of the model's forward
+    caches: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)
+
+
+_graphs: weakref.WeakKeyDictionary[Any, _Graphs] = weakref.WeakKeyDictionary()
+_graphs_guard = threading.Lock()
+
+
+def _of(model: Any) -> _Graphs:
+    with _graphs_guard:
+        state = _graphs.get(model)
+        if state is None:
+            state = _graphs[model] = _Graphs()
+        return state
 
 
 def graph_budget(environ: Mapping[str, str] = os.environ) -> int:
@@ -150,7 +174,7 @@ def cache_argument() -> bool:
 
 def refuse(model: Any, error: BaseException) -> None:
     """A graph of this model failed to compile: warn once, and never graph it again."""
-    vars(model)[REFUSED] = True
+    _of(model).refused = True
     say_once(f"graph-failed:{type(model).__qualname__}", logging.WARNING,
              "hpu_plugin: compiling the decoding steps of %s for generate() failed (%s: %s); "
              "it runs without graphs. Set %s=0 to stop trying.", type(model).__qualname__,
@@ -171,9 +195,9 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     """How this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed
     (``"eager"``: compiled; ``"lazy"``: HPU graphs), or None: in eval mode, with nothing about
     compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
-    if getattr(model, "training", True) or vars(model).get(REFUSED) or _user_chose(model, kwargs):
+    if getattr(model, "training", True) or _of(model).refused or _user_chose(model, kwargs):
         return None
-    if not (full_attention_only(model) and fixed_rope(model)):
+    if not (full_attention_only(model) and fixed_rope(model)) or has_module_hooks(model):
         return None
     mode = "lazy" if _lazy() else "eager"
     if mode == "lazy" and not cache_argument():
@@ -189,9 +213,24 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     return mode
 
 
+#: The hook tables of ``torch.nn.Module``, its own and the global ones.
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+def has_module_hooks(model: Any) -> bool:
+    """Whether a module hook is in place (the user's on ``lm_head``, say): a replayed HPU
+    graph runs no Python, and Dynamo does not guard on hooks added after it compiled
+    (``skip_nnmodule_hook_guards``), so graphs would skip it. Such a model runs eagerly."""
+    from torch.nn.modules import module as nn_module
+
+    if any(getattr(nn_module, f"_global{name}", None) for name in _HOOKS):
+        return True
+    return any(getattr(m, name, None) for m in model.modules() for name in _HOOKS)
+
+
 def _admit(model: Any, key: tuple[int, ...], budget: int) -> bool:
     """Whether bucket ``key`` is within the model's graph budget (counting it if new)."""
-    keys: set[tuple[int, ...]] = vars(model).setdefault(KEYS, set())
+    keys = _of(model).keys
     if key in keys:
         return True
     if len(keys) >= budget:
@@ -224,7 +263,15 @@ def _hpu_graph_func() -> Any | None:
     return wrap_in_hpu_graph_func
 
 
-LAZY = "_hpu_plugin_hpu_graphs"
+def _weak_forward(model: Any) -> Any:
+    """The class's ``forward`` of ``model``, holding it weakly: the side table holds this,
+    and a strong reference would keep every model that ever generated alive."""
+    ref, forward = weakref.ref(model), type(model).forward
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return forward(ref(), *args, **kwargs)
+
+    return call
 
 
 def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, Any] | None:
@@ -234,15 +281,15 @@ def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, An
     budget = graph_budget()
     if not _admit(model, (batch, length, cache), budget):
         return None
-    state = vars(model).setdefault(LAZY, {"forward": None, "caches": {}})
-    if state["forward"] is None:  # a prefill and a decoding graph per bucket
-        state["forward"] = _hpu_graph_func()(model.forward, max_graphs=2 * budget)
-    kept = state["caches"].get((batch, cache))
+    state = _of(model)
+    if state.forward is None:  # a prefill and a decoding graph per bucket
+        state.forward = _hpu_graph_func()(_weak_forward(model), max_graphs=2 * budget)
+    kept = state.caches.get((batch, cache))
     if kept is None:
         from transformers import StaticCache
 
         config = model.config.get_text_config(decoder=True)
-        kept = state["caches"][(batch, cache)] = StaticCache(config=config, max_cache_len=cache)
+        kept = state.caches[(batch, cache)] = StaticCache(config=config, max_cache_len=cache)
     elif kept.is_initialized:
         kept.reset()
     return {"cache": kept}
@@ -251,19 +298,18 @@ def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, An
 def lazy_lock(model: Any) -> threading.Lock:
     """One per model: lazy mode's kept caches and the instance ``forward`` are the model's,
     so one ``generate()`` at a time uses them; a concurrent one runs without graphs."""
-    lock: threading.Lock = vars(model).setdefault(LOCK, threading.Lock())
-    return lock
+    return _of(model).lock
 
 
 @contextlib.contextmanager
 def graphed(model: Any, mode: str | None) -> Iterator[None]:
     """Lazy mode: the model's ``forward`` replays its HPU graphs for the call (on this
     thread), and is the class's own again afterwards."""
-    state = vars(model).get(LAZY)
-    if mode != "lazy" or state is None or state["forward"] is None:
+    state = _graphs.get(model)
+    if mode != "lazy" or state is None or state.forward is None:
         yield
         return
-    graph, owner = state["forward"], threading.get_ident()
+    graph, owner = state.forward, threading.get_ident()
     plain = type(model).forward.__get__(model)
 
     def forward(*args: Any, **kwargs: Any) -> Any:

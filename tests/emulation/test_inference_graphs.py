@@ -290,3 +290,46 @@ def test_lazy_mode_replays_hpu_graphs_with_the_same_tokens(run):
     # every call the same tokens; from the second call on, the prefill and the 5 decoding
     # steps replay the bucket's graphs (one cache kept per bucket); the forward is the class's
     assert line == "RESULT [True, True, True] [4, 6, 6] 0 False True", line
+
+
+LAZY_MODEL_STAYS_THE_USERS = r"""
+import copy, io, json, os, pickle
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from hpu_emulator import counters
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, max_position_embeddings=64,
+                                     pad_token_id=0, eos_token_id=2)).to("hpu").eval()
+ids = torch.tensor([[0, 0, 5, 9, 14, 27, 33]]).to("hpu")
+def generate(m):
+    counters.reset()
+    out = m.generate(ids, attention_mask=(ids != 0).long(), max_new_tokens=6, do_sample=False)
+    return out.cpu().tolist(), counters.snapshot()["graph_replays"]
+first, second = generate(model), generate(model)  # the second replays the kept graphs
+twin = copy.deepcopy(model)
+pickle.loads(pickle.dumps(model))
+torch.save(model, io.BytesIO())
+seen = []
+handle = model.lm_head.register_forward_hook(lambda module, args, out: seen.append(1))
+hooked = generate(model)
+handle.remove()
+print("RESULT" + json.dumps({"replays": [second[1], hooked[1]], "hook_calls": len(seen),
+                             "same": [second[0] == first[0], hooked[0] == first[0],
+                                      generate(twin)[0] == first[0]]}))
+"""
+
+
+@pytest.mark.e2e
+def test_lazy_mode_graphs_leave_the_model_copyable_and_its_hooks_running(run):
+    """The kept graphs, caches and lock are held beside the model: after graphed calls it
+    deep-copies, pickles and saves as before; a forward hook the user registers on
+    ``lm_head`` runs at every step (the model is not graphed while a hook is in place)."""
+    out = run(LAZY_MODEL_STAYS_THE_USERS,
+              {"TRANSFORMERS_VERBOSITY": "error", "PT_HPU_LAZY_MODE": "1"}).stdout
+    result = result_of(out)
+    assert result["same"] == [True, True, True], result
+    assert result["replays"][0] > 0 and result["replays"][1] == 0, result
+    assert result["hook_calls"] == 6, result  # one forward a new token, the prefill's first
