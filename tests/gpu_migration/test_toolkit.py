@@ -146,6 +146,54 @@ def test_a_script_that_imports_the_toolkit_itself(tmp_path):
     assert run(script, env).stdout.split() == ["True", "hpu", "torch.bfloat16", "torch.bfloat16"]
 
 
+SAVED_ON_A_GPU = """
+import json, sys, time, torch
+import torch.serialization as serialization
+
+# a checkpoint as a GPU machine writes it: its storages are tagged "cuda:0" (there is no GPU
+# here, so the tag is what torch.save would write on one)
+tag = serialization.location_tag
+serialization.location_tag = lambda storage: "cuda:0"
+torch.save({"w": torch.arange(4.0)}, sys.argv[1])
+serialization.location_tag = tag
+out = {}
+for name, where in {"default": None, "cuda": "cuda:0",
+                    "function": lambda storage, location: storage.cuda()}.items():
+    w = torch.load(sys.argv[1], map_location=where)["w"]
+    out[name] = [str(w.device), w.cpu().tolist()]
+start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+start.record()
+time.sleep(0.01)
+end.record()
+end.synchronize()
+out["elapsed_ms"] = start.elapsed_time(end)
+try:
+    torch.cuda.get_device_properties(99)
+    out["device_99"] = "answered"
+except AssertionError as exc:
+    out["device_99"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+def test_a_checkpoint_saved_on_a_gpu_loads_and_events_time_and_bad_indices_are_refused(
+        tmp_path):
+    """``torch.load`` of a checkpoint whose storages say ``cuda:0``, with no
+    ``map_location``, with ``"cuda:0"`` and with a function calling ``storage.cuda()``;
+    ``torch.cuda.Event(enable_timing=True)`` measures in milliseconds; an index past the
+    devices is refused as CUDA refuses it."""
+    import sys
+
+    done = run("", migrated_env(tmp_path, devices=2),
+               argv=[sys.executable, "-c", SAVED_ON_A_GPU, str(tmp_path / "gpu.pt")])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = ["hpu:0", [0.0, 1.0, 2.0, 3.0]]
+    assert {k: out[k] for k in ("default", "cuda", "function")} == dict.fromkeys(
+        ("default", "cuda", "function"), loaded)
+    assert 5 <= out["elapsed_ms"] < 5000, out
+    assert out["device_99"] == "Invalid device id"
+
+
 NVML = """
 import json, torch
 import pynvml

@@ -178,11 +178,33 @@ class _CudaDeviceProperties:
                 f"minor={self.minor}, total_memory={self.total_memory // 2**20}MB)")
 
 
+def _device_properties(device: Any = None) -> _CudaDeviceProperties:
+    """As ``torch.cuda.get_device_properties``: an index past the devices is refused as
+    CUDA refuses it ("Invalid device id")."""
+    if device is not None:
+        mapped = to_hpu(device)
+        index = torch.device(mapped).index if isinstance(mapped, (str, torch.device)) else None
+        if index is not None and not 0 <= index < int(torch.hpu.device_count()):
+            raise AssertionError("Invalid device id")
+    return _CudaDeviceProperties(torch.hpu.get_device_name(), int(torch.hpu.mem_get_info()[1]))
+
+
 def _with_device(name: str) -> Callable[..., Any]:
     """A ``torch.cuda`` call mapped to its ``torch.hpu`` twin, device arguments mapped."""
     target = getattr(torch.hpu, name)
-    if isinstance(target, type) or not callable(target):
+    if not callable(target):
         return target
+    if isinstance(target, type):
+        if name != "device":
+            return target
+        # torch.cuda.device("cuda:0"): also how torch.load restores a storage saved on CUDA
+
+        class cuda_device(target):  # type: ignore[valid-type, misc]
+            def __init__(self, device: Any) -> None:
+                super().__init__(device if device.__class__ is int else to_hpu(device))
+
+        cuda_device.__name__ = cuda_device.__qualname__ = name
+        return cuda_device
 
     @functools.wraps(target)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -218,9 +240,7 @@ def _cuda_module() -> None:
         "device_count": lambda: int(torch.hpu.device_count()),
         "current_device": _current_device,
         "get_device_capability": lambda device=None: (9, 0),
-        "get_device_properties": lambda device=None: _CudaDeviceProperties(
-            torch.hpu.get_device_name(), int(torch.hpu.mem_get_info()[1])
-        ),
+        "get_device_properties": _device_properties,
         "empty_cache": lambda: None,
         "ipc_collect": lambda: None,
         "cudart": lambda: None,
@@ -353,7 +373,8 @@ def _compile() -> None:
 
 
 def _load() -> None:
-    """hpu_match: ``torch.load``'s ``map_location`` of ``cuda`` (or a map to it) is ``hpu``."""
+    """hpu_match: ``torch.load``'s ``map_location`` of ``cuda`` (or a map to it) is ``hpu``,
+    and so is the ``cuda`` a checkpoint saved on a GPU names for its storages."""
     original = torch.load
 
     @functools.wraps(original)
@@ -365,6 +386,17 @@ def _load() -> None:
         return original(f, map_location, *args, **kwargs)
 
     patches.set(torch, "load", load)
+    # a storage saved on CUDA is restored by storage.to("cuda:0") (also storage.cuda() in a
+    # map_location function): one function of torch.storage moves storages
+    import torch.storage as storage_module
+
+    move = storage_module._to
+
+    @functools.wraps(move)
+    def to(self: Any, device: Any, non_blocking: bool = False) -> Any:
+        return move(self, to_hpu(device), non_blocking)
+
+    patches.set(storage_module, "_to", to)
 
 
 def _device_context() -> None:

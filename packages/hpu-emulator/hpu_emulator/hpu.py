@@ -11,6 +11,7 @@ import contextlib
 import functools
 import os
 import sys
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -239,9 +240,44 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("hpu", _index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    def __new__(cls, enable_timing: bool = False, **kwargs: Any) -> Event:
-        return super().__new__(cls, device=torch.device("hpu", current_device()))
+class Event:
+    """As the bridge's ``torch.hpu.Event`` (its own class, not a ``torch.Event``): a marker
+    in a stream that ``elapsed_time`` measures between, in milliseconds. Work here is done
+    when its call returns, so an event is complete when recorded and its time is the host's
+    clock then. ``blocking`` and ``interprocess`` (``torch.cuda.Event``'s, under the GPU
+    Migration Toolkit) change nothing on one synchronous stream."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self.device = torch.device("hpu", current_device())
+        self._recorded_ns: int | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._recorded_ns = time.perf_counter_ns()
+
+    def wait(self, stream: Any = None) -> None:
+        """Work on every stream is already past this event."""
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        """Complete when recorded."""
+
+    def elapsed_time(self, end_event: Event) -> float:
+        if not isinstance(end_event, Event):
+            raise TypeError(f"elapsed_time takes a torch.hpu.Event, got {type(end_event)!r}")
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("elapsed_time needs both events created with "
+                               "enable_timing=True")
+        if self._recorded_ns is None or end_event._recorded_ns is None:
+            raise RuntimeError("elapsed_time needs both events recorded first: call record()")
+        return (end_event._recorded_ns - self._recorded_ns) / 1e6
+
+    def __repr__(self) -> str:
+        state = "recorded" if self._recorded_ns is not None else "uninitialized"
+        return f"<torch.hpu.Event {state}>"
 
 
 def current_stream(device: Any = None) -> torch.Stream:
