@@ -39,6 +39,16 @@ class MatrixEntry:
 #: The version matrix (docs/version-matrix.md says how it runs and what it last measured).
 MATRIX: tuple[MatrixEntry, ...] = (
     MatrixEntry(
+        "gaudi-1.23", "2.9.0", "4.55.4", "1.10.1",
+        "the torch of Intel Gaudi software 1.23 with the hosts of its optimum-habana (1.20.0); "
+        "PyPI's CUDA build of torch, run on a CPU",
+    ),
+    MatrixEntry(
+        "gaudi-1.24.1", "2.11.0", "5.24.0", "1.15.0",
+        "the torch of Intel Gaudi software 1.24.1 with the newest hosts; PyPI's CUDA build "
+        "of torch, run on a CPU",
+    ),
+    MatrixEntry(
         "oldest", "2.13.0", "4.51.3", "1.5.0",
         "the first releases with HPU code; below them the adapters have nothing to route",
     ),

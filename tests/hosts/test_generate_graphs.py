@@ -104,13 +104,16 @@ def test_the_fixed_shape_loop_where_the_host_takes_one_gives_transformers_tokens
 
 
 def test_the_decoding_loop_gate_on_each_entry_of_the_version_matrix() -> None:
-    """By the Transformers version alone: the oldest entry (4.51) takes no loop as a callable,
-    the middle one (4.57) speaks 4.x's API, the newest 5.x's; a release outside the span of
-    the tested ones, or unreadable, gets no loop."""
+    """By the Transformers version alone: the oldest entry (4.51) and Gaudi 1.23's (4.55) take
+    no loop as a callable, the middle one (4.57) speaks 4.x's API, the newest and Gaudi
+    1.24.1's 5.x's; a release outside the span of the tested ones, or unreadable, gets no
+    loop."""
     from hpu_plugin.fast_paths.decoding_loop import loop_api
     from hpu_plugin.hosts.support import MATRIX
 
-    expected = {"oldest": None, "middle": "4", "newest": "5"}
+    expected = {
+        "gaudi-1.23": None, "gaudi-1.24.1": "5", "oldest": None, "middle": "4", "newest": "5",
+    }
     assert {entry.name: loop_api(entry.transformers) for entry in MATRIX} == expected
     assert [loop_api(v) for v in ("4.56.2", "4.57.0.dev0", "6.0.0", "not-a-version")] == [
         None, None, None, None]

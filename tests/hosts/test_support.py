@@ -31,7 +31,8 @@ from hpu_plugin.patching import Patches
         ("transformers", "4.51.3", support.TESTED),
         ("transformers", "4.57.6", support.TESTED),
         ("transformers", "5.24.0", support.TESTED),
-        ("transformers", "4.55.4", support.UNTESTED),
+        ("transformers", "4.55.4", support.TESTED),  # the hosts of Gaudi software 1.23
+        ("transformers", "4.56.0", support.UNTESTED),
         ("transformers", "5.0.0", support.UNTESTED),
         ("transformers", "5.0.0rc1", support.UNTESTED),
         ("transformers", "4.51.0", support.OUT_OF_RANGE),  # below the oldest tested
@@ -48,7 +49,11 @@ from hpu_plugin.patching import Patches
         ("accelerate", "1.16.0", support.OUT_OF_RANGE),
         ("torch", "2.13.0+cpu", support.TESTED),  # a build of a tested release
         ("torch", "2.14.1+cu130", support.OUT_OF_RANGE),  # no CPU build of it was tested
-        ("torch", "2.12.1", support.OUT_OF_RANGE),
+        ("torch", "2.11.0+cu130", support.TESTED),  # the torch of Gaudi software 1.24.1
+        ("torch", "2.9.0", support.TESTED),
+        ("torch", "2.10.0", support.UNTESTED),
+        ("torch", "2.12.1", support.UNTESTED),
+        ("torch", "2.8.0", support.OUT_OF_RANGE),  # older than any Gaudi release tested
         ("torch", "2.15.0.dev20260101+cpu", support.OUT_OF_RANGE),
         ("torch", "not-a-version", support.UNREADABLE),
         ("torch", None, support.NOT_INSTALLED),
@@ -60,7 +65,9 @@ def test_classify_fabricated_versions(host, version, standing):
 
 def test_untested_names_the_nearest_tested_releases():
     message = support.classify("transformers", "4.56.2").message
-    assert "4.51.3 and 4.57.6" in message
+    assert "4.55.4 and 4.57.6" in message
+    message = support.classify("torch", "2.10.0").message
+    assert "2.9.0 and 2.11.0" in message
     message = support.classify("accelerate", "1.9.0").message  # 1.9 < 1.10 numerically
     assert "1.5.0 and 1.10.1" in message
 

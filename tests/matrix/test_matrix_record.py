@@ -59,7 +59,7 @@ def test_readme_states_exactly_the_tested_releases():
 
 
 #: Entries CI does not run (docs/version-matrix.md says why): their record is the evidence.
-OUTSIDE_CI: set[str] = set()
+OUTSIDE_CI: set[str] = {"gaudi-1.23", "gaudi-1.24.1"}
 
 
 def test_ci_runs_every_entry_but_those_said_to_be_outside():
@@ -87,3 +87,14 @@ def test_recorded_results_are_at_the_matrix_versions_and_passed():
         assert result["counts"]["failures"] + result["counts"]["errors"] == 0, name
         assert result["counts"]["passed"] > 0, name
         assert f"| {name} | {result['date']} |" in table
+
+
+def test_the_package_requires_the_oldest_tested_torch():
+    import tomllib
+
+    from hpu_plugin.hosts.support import release_key
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (torch,) = [d for d in project["dependencies"] if re.match(r"torch\b", d)]
+    oldest = min((entry.torch for entry in support.MATRIX), key=lambda v: release_key(v) or ())
+    assert torch == f"torch>={oldest}"  # no upper bound: pip would replace a newer torch
