@@ -165,9 +165,9 @@ class FusedForward:
     """:func:`fused_rms_forward` bound to one norm layer, as its instance's ``forward``.
 
     A model is saved whole (``torch.save(model)``, pickle) with each layer's instance state,
-    so this pickles as the layer's class ``forward`` given the layer (a ``functools.partial``): the saved model loads
-    and runs as Transformers wrote it, also where hpu-plugin is not installed. A deep copy of
-    the model is bound to the copy's layer and keeps the kernel."""
+    so this pickles as the layer's class ``forward`` given the layer (a ``functools.partial``):
+    the saved model loads and runs as Transformers wrote it, also where hpu-plugin is not
+    installed. A deep copy of the model is bound to the copy's layer and keeps the kernel."""
 
     __slots__ = ("__self__",)
     __hpu_plugin__ = True
