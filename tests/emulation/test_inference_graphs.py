@@ -247,8 +247,8 @@ def test_eager_generate_decodes_by_graphs_with_the_same_tokens(run):
     assert "Raise HPU_PLUGIN_GRAPHS_MAX (now 1)" in proc.stderr, proc.stderr[-3000:]
 
 
-LAZY = r"""
-import os
+#: A tiny Llama on hpu in eval mode, and a prompt with left padding: the lazy-mode scripts'.
+LAZY_LLAMA = r"""
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 from hpu_emulator import counters
@@ -259,6 +259,10 @@ model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate
                                      num_key_value_heads=2, max_position_embeddings=64,
                                      pad_token_id=0, eos_token_id=2)).to("hpu").eval()
 ids = torch.tensor([[0, 0, 5, 9, 14, 27, 33]]).to("hpu")
+"""
+
+LAZY = LAZY_LLAMA + r"""
+import os
 def generate(graphs):
     os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
     counters.reset()
@@ -292,18 +296,8 @@ def test_lazy_mode_replays_hpu_graphs_with_the_same_tokens(run):
     assert line == "RESULT [True, True, True] [4, 6, 6] 0 False True", line
 
 
-LAZY_MODEL_STAYS_THE_USERS = r"""
+LAZY_MODEL_STAYS_THE_USERS = LAZY_LLAMA + r"""
 import copy, io, json, os, pickle
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-from hpu_emulator import counters
-
-torch.manual_seed(0)
-model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64,
-                                     num_hidden_layers=2, num_attention_heads=4,
-                                     num_key_value_heads=2, max_position_embeddings=64,
-                                     pad_token_id=0, eos_token_id=2)).to("hpu").eval()
-ids = torch.tensor([[0, 0, 5, 9, 14, 27, 33]]).to("hpu")
 def generate(m):
     counters.reset()
     out = m.generate(ids, attention_mask=(ids != 0).long(), max_new_tokens=6, do_sample=False)
