@@ -22,6 +22,7 @@ from hpu_plugin.gaudi.hlsmi import (
     INDEX_MODULE_FIELDS,
     HlSmiError,
     parse_csv,
+    parse_version,
     rows_to_index_module_map,
 )
 from hpu_plugin.gaudi.selection import JobPlacement, check_job_from_environ, job_from_environ
@@ -62,11 +63,22 @@ def query(
     non-zero exit or unreadable output gives ``rows=None`` with the reason. Raises only
     :class:`GaudiConfigError` for a bad ``HPU_PLUGIN_HLSMI_TIMEOUT``.
     """
+    ran = _run([executable, "-Q", ",".join(fields), "-f", "csv"], timeout)
+    if isinstance(ran, HlSmiQuery):
+        return ran
+    try:
+        return HlSmiQuery(parse_csv(ran, fields))
+    except HlSmiError as exc:
+        return HlSmiQuery(None, reason=str(exc))
+
+
+def _run(command: list[str], timeout: float | None) -> str | HlSmiQuery:
+    """``hl-smi``'s output, or the answer that says why there is none (see :func:`query`)."""
     timeout = default_timeout() if timeout is None else timeout
-    path = shutil.which(executable)
+    path = shutil.which(command[0])
     if path is None:
-        return HlSmiQuery(None, missing=True, reason=f"{executable} not found on PATH")
-    command = [path, "-Q", ",".join(fields), "-f", "csv"]
+        return HlSmiQuery(None, missing=True, reason=f"{command[0]} not found on PATH")
+    command = [path, *command[1:]]
     try:
         ran = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
@@ -85,10 +97,20 @@ def query(
             reason=f"`{' '.join(command)}` exited {ran.returncode}: "
             f"{detail[-1] if detail else 'no output'}",
         )
+    return stdout
+
+
+def firmware_version(timeout: float | None = None, executable: str = "hl-smi") -> str | None:
+    """The firmware's version as ``hl-smi -v`` prints it, ``<release>-fw-<firmware>``
+    (``1.23.0-fw-62.1.0``), or ``None`` when ``hl-smi`` cannot tell."""
+    ran = _run([executable, "-v"], timeout)
+    if isinstance(ran, HlSmiQuery):
+        return None
     try:
-        return HlSmiQuery(parse_csv(stdout, fields))
-    except HlSmiError as exc:
-        return HlSmiQuery(None, reason=str(exc))
+        release, firmware = parse_version(ran)
+    except HlSmiError:
+        return None
+    return f"{release}-fw-{firmware}"
 
 
 def index_module_map(

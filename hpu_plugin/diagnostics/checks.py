@@ -164,7 +164,7 @@ def check_generation(doctor: Doctor) -> list[Finding]:
 
 
 def check_software(doctor: Doctor) -> list[Finding]:
-    """Do the Gaudi software, its torch and the driver belong to one release
+    """Do the Gaudi software, its torch, the driver and the firmware belong to one release
     (``gaudi.releases``)? On the emulator: which release it emulates."""
     from hpu_plugin.gaudi import releases
     from hpu_plugin.gaudi.software import GAUDI_DISTRIBUTION
@@ -184,7 +184,10 @@ def check_software(doctor: Doctor) -> list[Finding]:
     rows = answer.rows or []
     driver = rows[0].get("driver_version") if rows else None
     generation = doctor.generation.name if doctor.generation is not None else None
-    return releases.check(bridge, inventory.version("torch"), driver, generation)
+    from hpu_plugin import machine
+
+    firmware = machine.firmware_version(machine.default_timeout()) if answer.rows else None
+    return releases.check(bridge, inventory.version("torch"), driver, generation, firmware)
 
 
 def check_visible_devices(doctor: Doctor) -> list[Finding]:

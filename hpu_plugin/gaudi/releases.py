@@ -14,9 +14,10 @@ vLLM Gaudi plugin's compatibility matrix (docs.vllm.ai/projects/gaudi). The vers
 line as ``hl-<release>-fw-<firmware>`` (docs.habana.ai, System Management Interface Tool);
 the Gaudi torch carries the release in its local label (``2.9.0+hpu.1.23.0.695.git...``, as
 pip normalises ``+hpu_1.23.0-695.git...``); the bridge distribution is ``<release>.<build>``
-(``habana-torch-plugin 1.23.0.695``). Firmware versions are published per board and not for
-every release in those pages, so firmware is not checked; the driver is, and a release
-installs its driver and firmware together.
+(``habana-torch-plugin 1.23.0.695``). The firmware's version names its release too:
+``hl-smi -v`` prints ``hl-<release>-fw-<firmware>``, and the Firmware Upgrade guide's SPI
+version reads ``hl-gaudi3-1.22.0-fw-61.3.2-sec-9``; it is flashed apart from the driver
+(``hl-fw-loader``), so each is checked against the software's release.
 
 Pure: no torch, no subprocess; the diagnostics pass the versions in.
 """
@@ -102,9 +103,11 @@ def check(
     torch_version: str | None,
     driver: str | None = None,
     generation: str | None = None,
+    firmware: str | None = None,
 ) -> list[Finding]:
     """Findings for the real Gaudi software installed: bridge ``habana-torch-plugin``
-    version, the installed torch, ``hl-smi``'s driver version, the device's generation.
+    version, the installed torch, ``hl-smi``'s driver version, the device's generation, the
+    firmware's version (``<release>-fw-<firmware>``).
     Each mismatch is named with the fix; a release the table does not know is said so."""
     if bridge is None:
         return []
@@ -131,6 +134,8 @@ def check(
         findings += _check_torch(release_text, release, torch_version)
     if driver:
         findings += _check_driver(release_text, driver)
+    if firmware:
+        findings += _check_firmware(release_text, firmware)
     if release is not None and generation and generation.upper() not in release.generations:
         newest = [r.version for r in RELEASES if generation.upper() in r.generations]
         fix = (f"use Gaudi software {newest[-1]}, the last release for {generation}"
@@ -190,3 +195,20 @@ def _check_driver(release_text: str, driver: str) -> list[Finding]:
             f"{driver_release} that matches the driver",
         )]
     return [Finding("gaudi-software", "ok", f"driver {driver} matches the Gaudi software")]
+
+
+def _check_firmware(release_text: str, firmware: str) -> list[Finding]:
+    firmware_release = software_release(firmware.split("-fw-", 1)[0])
+    if firmware_release is None:
+        return [Finding("gaudi-software", "warning",
+                        f"cannot read a release from the firmware version {firmware!r}",
+                        "check `hl-smi -v`")]
+    if firmware_release != release_text:
+        return [Finding(
+            "gaudi-software", "warning",
+            f"the firmware is {firmware}, the Gaudi software {release_text}: a release's "
+            "firmware, driver and software are tested together only",
+            f"flash the firmware of {release_text} (`sudo hl-fw-loader`, Intel's Firmware "
+            f"Upgrade guide), or use the Gaudi software {firmware_release} that matches it",
+        )]
+    return [Finding("gaudi-software", "ok", f"firmware {firmware} matches the Gaudi software")]

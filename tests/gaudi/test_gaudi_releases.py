@@ -66,3 +66,30 @@ def test_versions_are_read_from_each_form():
     assert releases.torch_release("2.13.0+cpu") == ("2.13.0", None)
     assert releases.software_release("1.20.0-bd87f71") == "1.20.0"
     assert releases.software_release("emulated") is None
+
+
+def test_the_firmware_is_checked_against_the_release_as_the_driver_is(tmp_path):
+    """``hl-smi -v`` names the firmware with its release (``hl-1.23.0-fw-62.1.0``); one of
+    another release is a warning whose fix flashes the software's firmware."""
+    from hpu_plugin import machine
+    from hpu_plugin.gaudi.hlsmi import format_version
+
+    tool = tmp_path / "hl-smi"
+    for software, firmware in (("1.23.0", "62.1.0"), ("1.22.2", "61.3.2")):
+        line = format_version(software, firmware, "Oct 10 2025 - 12:00:00")
+        tool.write_text(f"#!/bin/sh\nprintf '%s' '{line}'\n")
+        tool.chmod(0o755)
+        read = machine.firmware_version(timeout=30, executable=str(tool))
+        assert read == f"{software}-fw-{firmware}"
+        found = releases.check("1.23.0.695", GAUDI_TORCH, "1.23.0-bd87f71", "GAUDI3", read)
+        warnings = [f for f in found if f.severity == "warning"]
+        if software == "1.23.0":
+            assert warnings == [] and "firmware 1.23.0-fw-62.1.0 matches" in found[-1].message
+        else:
+            (warning,) = warnings
+            assert "firmware is 1.22.2-fw-61.3.2" in warning.message
+            assert "hl-fw-loader" in warning.fix and "Gaudi software 1.22.2" in warning.fix
+    tool.write_text("#!/bin/sh\necho no version here\n")
+    assert machine.firmware_version(timeout=30, executable=str(tool)) is None
+    (warning,) = releases.check("1.23.0.695", GAUDI_TORCH, firmware="fw-61")[1:]
+    assert "cannot read a release from the firmware version" in warning.message
