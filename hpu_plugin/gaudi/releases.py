@@ -180,35 +180,31 @@ def _check_torch(release_text: str, release: GaudiRelease | None, torch_version:
     return []
 
 
-def _check_driver(release_text: str, driver: str) -> list[Finding]:
-    driver_release = software_release(driver)
-    if driver_release is None:
+def _check_part(release_text: str, part: str, version: str, read_with: str,
+                install: str) -> list[Finding]:
+    """The driver or the firmware, whose version names its release, against the software's;
+    ``install`` is how to put that release's ``part`` in place."""
+    part_release = software_release(version.split("-fw-", 1)[0])
+    if part_release is None:
         return [Finding("gaudi-software", "warning",
-                        f"cannot read a release from the driver version {driver!r}",
-                        "check `hl-smi -Q driver_version -f csv`")]
-    if driver_release != release_text:
+                        f"cannot read a release from the {part} version {version!r}",
+                        f"check `{read_with}`")]
+    if part_release != release_text:
         return [Finding(
             "gaudi-software", "warning",
-            f"the driver is {driver}, the Gaudi software {release_text}: a release's driver, "
+            f"the {part} is {version}, the Gaudi software {release_text}: a release's driver, "
             "firmware and software are tested together only",
-            f"install the driver and firmware of {release_text}, or the Gaudi software "
-            f"{driver_release} that matches the driver",
+            f"{install}, or use the Gaudi software {part_release} that matches the {part}",
         )]
-    return [Finding("gaudi-software", "ok", f"driver {driver} matches the Gaudi software")]
+    return [Finding("gaudi-software", "ok", f"{part} {version} matches the Gaudi software")]
+
+
+def _check_driver(release_text: str, driver: str) -> list[Finding]:
+    return _check_part(release_text, "driver", driver, "hl-smi -Q driver_version -f csv",
+                       f"install the driver and firmware of {release_text}")
 
 
 def _check_firmware(release_text: str, firmware: str) -> list[Finding]:
-    firmware_release = software_release(firmware.split("-fw-", 1)[0])
-    if firmware_release is None:
-        return [Finding("gaudi-software", "warning",
-                        f"cannot read a release from the firmware version {firmware!r}",
-                        "check `hl-smi -v`")]
-    if firmware_release != release_text:
-        return [Finding(
-            "gaudi-software", "warning",
-            f"the firmware is {firmware}, the Gaudi software {release_text}: a release's "
-            "firmware, driver and software are tested together only",
-            f"flash the firmware of {release_text} (`sudo hl-fw-loader`, Intel's Firmware "
-            f"Upgrade guide), or use the Gaudi software {firmware_release} that matches it",
-        )]
-    return [Finding("gaudi-software", "ok", f"firmware {firmware} matches the Gaudi software")]
+    return _check_part(release_text, "firmware", firmware, "hl-smi -v",
+                       f"flash the firmware of {release_text} (`sudo hl-fw-loader`, Intel's "
+                       "Firmware Upgrade guide)")
