@@ -195,7 +195,9 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     """How this ``generate()`` call of an uncompiled model on ``hpu`` is to be graphed
     (``"eager"``: compiled; ``"lazy"``: HPU graphs), or None: in eval mode, with nothing about
     compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
-    if getattr(model, "training", True) or _of(model).refused or _user_chose(model, kwargs):
+    state = _graphs.get(model)  # looked up, not made: most models are never graphed
+    if (getattr(model, "training", True) or (state is not None and state.refused)
+            or _user_chose(model, kwargs)):
         return None
     if not (full_attention_only(model) and fixed_rope(model)) or has_module_hooks(model):
         return None
