@@ -67,7 +67,7 @@ def _print_info(info: dict[str, Any]) -> None:
             kernel = "" if path["kernel"] == "present" else f"; kernel {path['kernel']}"
             print(f"  {name:<16} {path['state']:<4} {path['setting']}: {path['by']}{kernel}")
     if "support" in info:
-        from hpu_plugin.diagnostics.releases import report_lines
+        from hpu_plugin.diagnostics.host_releases import report_lines
 
         print("", *report_lines(info["support"]), sep="\n")
 

@@ -289,3 +289,13 @@ def test_no_function_over_80_lines():
         and (length := node.end_lineno - node.lineno + 1) > 80
     ]
     assert long == []
+
+
+def test_no_two_modules_share_a_name():
+    """A module name means one thing in the package: ``releases`` in two folders would be
+    two meanings a reader has to tell apart by path."""
+    seen: dict[str, list[str]] = {}
+    for path in _sources():
+        if path.name != "__init__.py":
+            seen.setdefault(path.stem, []).append(path.relative_to(PACKAGE).as_posix())
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -309,9 +309,9 @@ def check_bitsandbytes(doctor: Doctor) -> list[Finding]:
 
 def check_hosts(doctor: Doctor) -> list[Finding]:
     """Are torch, Transformers and Accelerate tested releases; did an adapter stay out?"""
-    from hpu_plugin.diagnostics import releases
+    from hpu_plugin.diagnostics import host_releases
 
-    found = releases.findings(releases.report())
+    found = host_releases.findings(host_releases.report())
     # An "ok" only where the plugin is at work: otherwise the first thing to read is why not.
     active = doctor.activation.get("status") == "active"
     return [f for f in found if f.severity != "ok" or active]

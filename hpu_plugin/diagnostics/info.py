@@ -113,11 +113,12 @@ def _import_time_compiles() -> int:
 def collect_info() -> dict[str, Any]:
     activation = inventory.import_torch()
     environ = inventory.environ_with_defaults()
-    from hpu_plugin.diagnostics import releases  # tested, untested, out of range; adapters left out
+    # tested, untested, out of range; adapters left out
+    from hpu_plugin.diagnostics import host_releases
 
     info: dict[str, Any] = {
         "versions": _versions(),
-        "support": releases.report(),
+        "support": host_releases.report(),
         "gaudi": inventory.gaudi_expected(),
         "emulated": inventory.emulation_requested() and not inventory.gaudi_software(),
         "activation": activation,

@@ -1,5 +1,5 @@
 """Which torch, Transformers and Accelerate releases are tested: the facts the adapters and
-the diagnostics share (where the installed releases stand is ``diagnostics.releases``).
+the diagnostics share (where the installed releases stand is ``diagnostics.host_releases``).
 
 :data:`MATRIX` is the one home of the tested releases in the package. Each entry is one run
 of the version matrix (``noxfile.py``, one pinned file ``requirements/matrix/<name>.txt``

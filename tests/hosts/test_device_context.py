@@ -15,7 +15,7 @@ import pytest
 from processes import emulated, run_python
 
 from hpu_plugin import patching
-from hpu_plugin.diagnostics import releases as support
+from hpu_plugin.diagnostics import host_releases as support
 from hpu_plugin.hosts import support as hosts_support
 from hpu_plugin.hosts import torch_adapter
 from hpu_plugin.patching import Patches

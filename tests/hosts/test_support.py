@@ -18,7 +18,7 @@ from importlib import metadata
 import pytest
 
 from hpu_plugin import patching
-from hpu_plugin.diagnostics import releases as support
+from hpu_plugin.diagnostics import host_releases as support
 from hpu_plugin.hosts import transformers_adapter
 from hpu_plugin.patching import Patches
 
