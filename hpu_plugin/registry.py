@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import threading
 import time
 import types
@@ -81,6 +82,9 @@ class Registry:
         self._reported = Once()  # (plugin, kind of fault): each logged once per registry
         self._available: bool | None = None
         self._lock = threading.Lock()
+        if self.selection.trace:
+            self.pm.trace.root.setwriter(_write_trace)
+            self.pm.enable_tracing()
 
     # -- loading ---------------------------------------------------------------------------
 
@@ -324,6 +328,13 @@ class Registry:
         return [(impl.plugin_name, next((k for k in ("wrapper", "tryfirst", "trylast")
                                           if getattr(impl, k)), "plain"))
                 for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls())]
+
+
+def _write_trace(text: str) -> None:
+    """pluggy's trace lines go to stderr as they come: a trace is read while the program
+    runs, and logging's configuration is the user's."""
+    sys.stderr.write("hpu_plugin trace:" + text if text.strip() else text)
+    sys.stderr.flush()
 
 
 def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], Mapping[str, Any]]]:

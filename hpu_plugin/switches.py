@@ -5,6 +5,8 @@
 ``HPU_PLUGIN_ONLY=name,...``       load only these plugins (first-party ones included)
 ``HPU_PLUGIN_NO_THIRD_PARTY=1``    load no entry point outside this distribution
 ``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is reported (default 2)
+``HPU_PLUGIN_TRACE=1``             print every hook call, its arguments, the plugins asked
+                                   and the answer to stderr (pluggy's own tracing)
 
 A name is an entry-point name as ``hpu-plugin plugins`` lists it, or, to pick one
 distribution's plugin when two distributions use the same name, ``distribution:name``.
@@ -27,6 +29,7 @@ ENV_DISABLE = "HPU_PLUGIN_DISABLE"
 ENV_ONLY = "HPU_PLUGIN_ONLY"
 ENV_NO_THIRD_PARTY = "HPU_PLUGIN_NO_THIRD_PARTY"
 ENV_IMPORT_BUDGET = "HPU_PLUGIN_IMPORT_BUDGET"
+ENV_TRACE = "HPU_PLUGIN_TRACE"
 #: Seconds a plugin may spend being imported before it is reported. Its import runs inside
 #: ``import torch``, so a slow plugin costs every program that time: the report names it so
 #: the user can disable it, rather than it going on unnoticed.
@@ -98,6 +101,9 @@ class Selection:
     #: ``HPU_PLUGIN_DISABLE=1``: activation never builds a registry; one built anyway
     #: (``hpu-plugin plugins``) shows every plugin disabled rather than pretending.
     package_off: bool = False
+    #: ``HPU_PLUGIN_TRACE``: which plugin decided what is the first question when a host
+    #: does something unexpected; pluggy's tracing answers it without a debugger.
+    trace: bool = False
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> Selection:
@@ -110,8 +116,9 @@ class Selection:
         no_third = settings.switch(ENV_NO_THIRD_PARTY, environ.get(ENV_NO_THIRD_PARTY))
         budget = settings.seconds(ENV_IMPORT_BUDGET, environ.get(ENV_IMPORT_BUDGET),
                                   DEFAULT_IMPORT_BUDGET, MAX_IMPORT_BUDGET)
+        trace = settings.switch(ENV_TRACE, environ.get(ENV_TRACE))
         return cls(disabled=disabled, only=only, third_party=not no_third,
-                   import_budget=budget, package_off=package_off)
+                   import_budget=budget, package_off=package_off, trace=trace)
 
     def refuses(self, record: PluginRecord) -> str | None:
         """Why the plugin of ``record`` must not load, or ``None`` when it may."""

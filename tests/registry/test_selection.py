@@ -106,3 +106,24 @@ def test_bad_values_name_the_variable_and_the_fix(variable, value):
     message = str(caught.value)
     assert f"{variable}={value!r}" in message
     assert any(word in message for word in ("set it", "set ", "list ", "unset"))
+
+
+def test_trace_prints_each_decision_with_its_answer(site, capsys):
+    """HPU_PLUGIN_TRACE=1 turns on pluggy's tracing: the hook, its arguments and the answer
+    of the plugin that decided are on stderr, so a user can see who chose a backend."""
+    site.add("extra", PLAIN)
+    registry = _load(site, {"HPU_PLUGIN_TRACE": "1"})
+    assert registry.ddp_backend("nccl") == "gloo"
+    err = capsys.readouterr().err
+    assert "hpu_ddp_backend [hook]" in err
+    assert "requested: nccl" in err
+    assert "finish hpu_ddp_backend --> gloo" in err
+
+
+def test_trace_is_off_by_default_and_a_bad_value_is_refused(site, capsys):
+    site.add("extra", PLAIN)
+    registry = _load(site, {})
+    registry.ddp_backend(None)
+    assert "hpu_ddp_backend" not in capsys.readouterr().err
+    with pytest.raises(SettingError, match="HPU_PLUGIN_TRACE"):
+        Selection.from_environ({"HPU_PLUGIN_TRACE": "verbose"})
