@@ -258,6 +258,36 @@ def install_env_command(registry: Registry, patches: Patches, module: types.Modu
         patches.set(cls, "format_dict", staticmethod(_with_gaudi_section(original.__func__)))
 
 
+def install_device_binding(registry: Registry, patches: Patches,
+                           module: types.ModuleType) -> None:
+    """Transformers' distributed set-up binds a Gaudi process to the one device it holds.
+
+    Transformers 5's tensor, fully sharded and expert parallel set-up (``tp_plan="auto"``,
+    ``DistributedConfig``) binds each process with ``_bind_local_device(type, LOCAL_RANK)``,
+    which calls ``torch.accelerator.set_device_index(LOCAL_RANK)``. A Gaudi process drives
+    exactly one device, always ``hpu:0`` (which module it is was chosen by
+    ``HABANA_VISIBLE_MODULES`` / ``HLS_MODULE_ID`` or acquired by type), and the bridge's
+    device guard refuses any other index (``habana active device: 1 != 0``), so every rank
+    but the first failed. On ``hpu`` the binding is to ``hpu:0``; other device types, and a
+    user's own ``set_device_index`` call, are left to torch and the bridge.
+    """
+    original = original_of(module, "_bind_local_device", HOST, "device binding",
+                           "distributed.utils._bind_local_device")
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def _bind_local_device(device_type: str, local_rank: int) -> Any:
+        if device_type != "hpu":
+            return original(device_type, local_rank)
+        import torch
+
+        torch.accelerator.set_device_index(0)
+        return torch.device("hpu", 0)
+
+    patches.set(module, "_bind_local_device", ours(_bind_local_device))
+
+
 def install(registry: Registry, patches: Patches, available: bool) -> None:
     """Register the post-import hooks; only availability when no device is ready."""
 
@@ -269,6 +299,7 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
         return
     importhook.when_imported("transformers.training_args", hook(install_training_args))
     importhook.when_imported("transformers.pipelines.base", hook(install_pipeline))
+    importhook.when_imported("transformers.distributed.utils", hook(install_device_binding))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_4bit", hook(install_bnb, 4))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_8bit", hook(install_bnb, 8))
     importhook.when_imported("transformers.cli.system", hook(install_env_cli))

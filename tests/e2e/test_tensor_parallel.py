@@ -1,0 +1,129 @@
+"""Transformers' tensor parallelism across emulated Gaudi cards, as users launch it.
+
+A Gaudi process drives one device, ``hpu:0``; Transformers 5 binds each rank to device
+``LOCAL_RANK``, which the bridge refuses on every rank but the first. These run the user's
+own ``tp_plan="auto"`` and ``DistributedConfig`` code under ``torchrun`` and compare with
+one process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import base_env, emulated_env, run
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("emulator")]
+transformers = pytest.importorskip("transformers")
+if int(transformers.__version__.split(".")[0]) < 5:
+    pytest.skip("Transformers 4 binds a tensor-parallel rank with torch.hpu.set_device, which "
+                "the bridge maps to the process's device itself", allow_module_level=True)
+
+MAKE = """
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                     max_position_embeddings=128)
+LlamaForCausalLM(config).save_pretrained(sys.argv[1])
+"""
+
+#: Greedy tokens and three AdamW steps' losses; with WORLD_SIZE set, tensor parallel by the
+#: API named in argv[2].
+USER = """
+import json, os, sys, torch
+from transformers import AutoModelForCausalLM, DistributedConfig
+path, api = sys.argv[1], sys.argv[2]
+if api == "tp_plan":
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")
+elif api == "config":
+    model = AutoModelForCausalLM.from_pretrained(
+        path, distributed_config=DistributedConfig(tp_size=int(os.environ["WORLD_SIZE"]),
+                                                   tp_plan="auto"))
+else:
+    model = AutoModelForCausalLM.from_pretrained(path).to("hpu")
+ids = torch.tensor([[1, 5, 9, 3], [7, 2, 8, 4]], device=model.device)
+tokens = model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
+model.train()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+g = torch.Generator().manual_seed(0)
+losses = []
+for _ in range(3):
+    batch = torch.randint(0, 128, (2, 16), generator=g).to(model.device)
+    loss = model(input_ids=batch, labels=batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    losses.append(loss.item())
+print("RESULT " + json.dumps({"rank": os.environ.get("RANK", "single"), "device": str(model.device),
+      "tokens": tokens, "losses": losses}), flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("tp") / "model"
+    run(MAKE, base_env(path.parent), argv=[sys.executable, "-c", MAKE, str(path)])
+    return path
+
+
+def _results(stdout: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r"RESULT (\{.*?\})(?=RESULT|\n|$)", stdout)]
+
+
+def _script(tmp_path: Path) -> Path:
+    script = tmp_path / "user.py"
+    script.write_text(USER)
+    return script
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory, model_dir) -> dict:
+    """The same user code in one process on one emulated Gaudi."""
+    tmp_path = tmp_path_factory.mktemp("single")
+    result = run("", emulated_env(tmp_path),
+                 argv=[sys.executable, str(_script(tmp_path)), str(model_dir), "single"])
+    (found,) = _results(result.stdout)
+    return found
+
+
+def _torchrun(tmp_path: Path, model_dir: Path, api: str, ranks: int) -> list[dict]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            str(ranks), str(_script(tmp_path)), str(model_dir), api]
+    result = run("", emulated_env(tmp_path, devices=ranks), argv=argv, cwd=tmp_path,
+                 check=False)
+    found = _results(result.stdout)
+    assert sorted(r["rank"] for r in found) == [str(i) for i in range(ranks)], (
+        result.stdout[-3000:] + result.stderr[-3000:])
+    return found
+
+
+def _assert_same(found: list[dict], single: dict) -> None:
+    for rank in found:
+        assert rank["device"] == "hpu:0"  # the one device each Gaudi process drives
+        assert rank["tokens"] == single["tokens"]
+        assert rank["losses"] == pytest.approx(single["losses"], rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize(("api", "ranks"), [("tp_plan", 2), ("config", 2), ("config", 4)])
+def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
+                                                         ranks):
+    _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)
+
+
+def test_a_users_own_binding_to_another_index_keeps_the_bridges_error(tmp_path):
+    """Only Transformers' set-up is bound to hpu:0: the user's own call to index 1 is
+    refused by the device guard as on Gaudi."""
+    result = run("""
+        import torch
+        try:
+            torch.accelerator.set_device_index(1)
+        except RuntimeError as exc:
+            print("refused=" + str("habana active device: 1 != 0" in str(exc)))
+    """, emulated_env(tmp_path, devices=2))
+    assert result.lines()["refused"] == "True"
