@@ -50,8 +50,14 @@ def _op(name: str) -> Any | None:
 
 
 def _on_hpu(params: list[Any]) -> bool:
+    """Plain dense floating-point tensors on hpu: what the fused kernels take. A tensor
+    subclass (the DTensor of tensor parallelism and FSDP 2) runs its own dispatch, which
+    refuses a kernel given its local shards mixed with whole tensors."""
+    import torch
+
     return bool(params) and all(
-        p.device.type == DEVICE_TYPE and not p.is_sparse and p.is_floating_point() for p in params)
+        p.device.type == DEVICE_TYPE and not p.is_sparse and p.is_floating_point()
+        and type(p.data) is torch.Tensor for p in params)
 
 
 def _fits(optimizer: Any) -> str | None:

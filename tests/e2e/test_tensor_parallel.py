@@ -2,8 +2,8 @@
 
 A Gaudi process drives one device, ``hpu:0``; Transformers 5 binds each rank to device
 ``LOCAL_RANK``, which the bridge refuses on every rank but the first. These run the user's
-own ``tp_plan="auto"`` and ``DistributedConfig`` code under ``torchrun`` and compare with
-one process.
+own ``tp_plan="auto"``, ``DistributedConfig`` and Accelerate ``ParallelismConfig`` code under
+``torchrun`` and compare with one process.
 """
 
 from __future__ import annotations
@@ -41,6 +41,13 @@ from transformers import AutoModelForCausalLM, DistributedConfig
 path, api = sys.argv[1], sys.argv[2]
 if api == "tp_plan":
     model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")
+elif api == "accelerate":
+    from accelerate import Accelerator
+    from accelerate.parallelism_config import ParallelismConfig
+    accelerator = Accelerator(
+        parallelism_config=ParallelismConfig(tp_size=int(os.environ["WORLD_SIZE"])))
+    model = AutoModelForCausalLM.from_pretrained(
+        path, tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"])
 elif api == "config":
     model = AutoModelForCausalLM.from_pretrained(
         path, distributed_config=DistributedConfig(tp_size=int(os.environ["WORLD_SIZE"]),
@@ -51,12 +58,16 @@ ids = torch.tensor([[1, 5, 9, 3], [7, 2, 8, 4]], device=model.device)
 tokens = model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
 model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+backward = lambda loss: loss.backward()
+if api == "accelerate":  # the fused optimizer of Accelerate's prepare, as a Trainer has
+    model, optimizer = accelerator.prepare(model, optimizer)
+    backward = accelerator.backward
 g = torch.Generator().manual_seed(0)
 losses = []
 for _ in range(3):
     batch = torch.randint(0, 128, (2, 16), generator=g).to(model.device)
     loss = model(input_ids=batch, labels=batch).loss
-    loss.backward()
+    backward(loss)
     optimizer.step()
     optimizer.zero_grad()
     losses.append(loss.item())
@@ -110,7 +121,8 @@ def _assert_same(found: list[dict], single: dict) -> None:
         assert rank["losses"] == pytest.approx(single["losses"], rel=1e-4, abs=1e-5)
 
 
-@pytest.mark.parametrize(("api", "ranks"), [("tp_plan", 2), ("config", 2), ("config", 4)])
+@pytest.mark.parametrize(
+    ("api", "ranks"), [("tp_plan", 2), ("config", 2), ("accelerate", 2), ("config", 4)])
 def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
                                                          ranks):
     _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)
