@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.conftest import run
 
-from .conftest import HERE, emulated_env, finish, result, torchrun
+from .conftest import HERE, emulated_env, finish, result, results, torchrun
 
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
@@ -149,3 +149,30 @@ def test_the_hpu_accelerator_answers_every_call_of_its_interface(tmp_path):
     assert outcomes["on_accelerator"][1] == "True"
     assert got["lazy_call"] == [1]
     assert outcomes["FloatTensor"][1] == "hpu"
+
+
+def test_init_inference_with_automatic_tensor_parallelism_equals_one_device(tmp_path):
+    """Each of 2 ranks holds half of every attention and MLP projection and generates one
+    device's greedy tokens."""
+    saved = tmp_path / "model"
+    run(f"""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        LlamaForCausalLM(config).save_pretrained({str(saved)!r})
+    """, emulated_env(tmp_path))
+    single = subprocess.run([sys.executable, str(HERE / "autotp_job.py"), str(saved)],
+                            env=emulated_env(tmp_path), cwd=tmp_path, capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
+    one = result(single.stdout)
+    code, out = finish(torchrun(tmp_path, "autotp_job.py", str(saved)))
+    assert code == 0, out[-6000:]
+    ranks = results(out)
+    assert sorted(r["rank"] for r in ranks) == ["0", "1"]
+    for rank in ranks:
+        assert rank["tokens"] == one["tokens"]
+        assert rank["q_proj"] == [one["q_proj"][0] // 2, one["q_proj"][1]]  # split by rows
+        assert rank["down_proj"] == [one["down_proj"][0], one["down_proj"][1] // 2]
