@@ -1,4 +1,5 @@
-"""Transformers: availability, TrainingArguments' compile backend, pipeline device, bnb placement.
+"""Transformers: availability, TrainingArguments' compile backend, pipeline device, bnb placement,
+the experts implementation of mixture-of-experts models.
 
 From 4.51 on, Transformers has HPU branches behind ``is_torch_hpu_available``; making that
 one function answer from the registry routes the device of ``TrainingArguments``, seeding,
@@ -223,6 +224,57 @@ def install_bnb(registry: Registry, patches: Patches, module: types.ModuleType, 
     patches.set(cls, "update_device_map", ours(update_device_map))
 
 
+#: What Transformers (5.x) gives a mixture-of-experts model that names no experts implementation.
+DEFAULT_EXPERTS = "grouped_mm"
+#: What the adapter gives it instead on Gaudi: one gather of each token's expert weights and
+#: one ``bmm``, shapes fixed by the token count (graphs and lazy mode need no new recipe per
+#: routing), on ops the bridge has HPU kernels for.
+GAUDI_EXPERTS = "batched_mm"
+
+
+def install_experts(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """A mixture-of-experts model that names no ``experts_implementation`` gets
+    ``batched_mm`` on Gaudi instead of Transformers' default ``grouped_mm``.
+
+    ``grouped_mm`` counts each expert's tokens with ``torch.histc`` on int32 on every device
+    but CPU and MPS, and the bridge has no HPU kernel for ``aten::histc`` (nor for
+    ``aten::_grouped_mm``; gaudi-pytorch-bridge ``scripts/ops_list/ops_table.csv``): it
+    goes to the CPU fallback, where the CPU kernel refuses int32 ("histogram_cpu" not
+    implemented for 'Int'), so Mixtral, Qwen3-MoE or GPT-OSS fail in their first forward.
+    Transformers decides once, in ``get_correct_experts_implementation`` (init and
+    ``set_experts_implementation``), before any weight is on a device, with no per-device
+    default; the choice is made there, on Transformers' own interface, so the config says
+    what runs. A name the user gave, ``grouped_mm`` included, is kept. Transformers 4.x has
+    no experts interface (its MoE layers loop over experts): nothing to adapt, nothing said.
+    """
+    if not hasattr(module, "ALL_EXPERTS_FUNCTIONS"):
+        return
+    cls = getattr(module, "PreTrainedModel", None)
+    original = original_of(
+        cls, "get_correct_experts_implementation", HOST, "experts",
+        "PreTrainedModel.get_correct_experts_implementation (experts interface starts at 5.0)",
+        own=True,
+    )
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def get_correct_experts_implementation(self: Any, requested_experts: str | None) -> str:
+        chosen = original(self, requested_experts)
+        if requested_experts is None and chosen == DEFAULT_EXPERTS and registry.device_available():
+            say_once(
+                "experts-batched-mm", logging.INFO,
+                "hpu_plugin: %s names no experts_implementation; using %r on Gaudi (%r counts "
+                "tokens with torch.histc on int32, which Gaudi has no kernel for). Pass "
+                "experts_implementation=... to choose.",
+                type(self).__name__, GAUDI_EXPERTS, DEFAULT_EXPERTS,
+            )
+            return GAUDI_EXPERTS
+        return chosen
+
+    patches.set(cls, "get_correct_experts_implementation", ours(get_correct_experts_implementation))
+
+
 #: The report ``transformers env`` prints starts with this key (4.51 to 5.x).
 ENV_REPORT_KEY = "`transformers` version"
 
@@ -298,6 +350,7 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
     if not available:
         return
     importhook.when_imported("transformers.training_args", hook(install_training_args))
+    importhook.when_imported("transformers.modeling_utils", hook(install_experts))
     importhook.when_imported("transformers.pipelines.base", hook(install_pipeline))
     importhook.when_imported("transformers.distributed.utils", hook(install_device_binding))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_4bit", hook(install_bnb, 4))

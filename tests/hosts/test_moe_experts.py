@@ -1,0 +1,170 @@
+"""Mixture-of-experts models on ``hpu`` with unchanged code: a model that names no
+``experts_implementation`` gets ``batched_mm`` from the Transformers adapter and gives the
+CPU's greedy tokens and AdamW losses (tiny Mixtral, Qwen3-MoE, GPT-OSS on the emulated
+Gaudi); a model that names ``grouped_mm`` keeps it and fails as on Gaudi, whose bridge has no
+HPU kernel for ``aten::histc`` (its CPU fallback refuses int32); without the adapter the
+default model fails the same way."""
+
+from __future__ import annotations
+
+import pytest
+from processes import emulated, result_of, run_python
+
+SCRIPT = r"""
+import json
+import torch
+from transformers import (GptOssConfig, GptOssForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from hpu_plugin import hosts
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+             max_position_embeddings=64, pad_token_id=0, attention_dropout=0.0)
+MODELS = {
+    "mixtral": lambda **kw: MixtralForCausalLM(MixtralConfig(
+        **SIZES, num_local_experts=4, num_experts_per_tok=2, **kw)),
+    "qwen3_moe": lambda **kw: Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        **SIZES, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+        decoder_sparse_step=1, mlp_only_layers=[], **kw)),
+    "gpt_oss": lambda **kw: GptOssForCausalLM(GptOssConfig(
+        **SIZES, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], **kw)),
+}
+IDS = torch.tensor([[0, 0, 0, 5, 9, 14, 27], [4, 8, 15, 16, 23, 42, 7]])
+ROWS = torch.tensor([[5, 9, 14, 27, 3, 8, 11, 40], [4, 8, 15, 16, 23, 42, 7, 60]])
+
+def made(name, device, **kw):
+    torch.manual_seed(0)
+    return MODELS[name](**kw).to(device)
+
+def generate(model, device):
+    ids = IDS.to(device)
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=(ids != 0).long(),
+                                    max_new_tokens=8, do_sample=False)
+    return out.cpu().tolist()
+
+def train(model, device):
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids, losses = ROWS.to(device), []
+    for _ in range(4):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+def failure(name, **kw):
+    try:
+        model = made(name, "hpu", **kw)
+        model(input_ids=IDS.to("hpu"))
+    except Exception as exc:
+        return [model.config._experts_implementation, f"{type(exc).__name__}: {exc}"]
+    return [model.config._experts_implementation, None]
+
+result = {}
+for name in MODELS:
+    # The CPU's own default is grouped_mm (float histc on CPU); named here because in this
+    # process, with Gaudi present, an unnamed model gets batched_mm on every device.
+    cpu = made(name, "cpu", experts_implementation="grouped_mm")
+    hpu = made(name, "hpu")
+    result[name] = {
+        "chosen": hpu.config._experts_implementation,
+        "cpu_tokens": generate(cpu, "cpu"), "hpu_tokens": generate(hpu, "hpu"),
+        "cpu_losses": train(made(name, "cpu", experts_implementation="grouped_mm"), "cpu"),
+        "hpu_losses": train(made(name, "hpu"), "hpu"),
+        "named": failure(name, experts_implementation="grouped_mm"),
+    }
+hosts.uninstall()
+result["without"] = failure("mixtral")
+print("RESULT" + json.dumps(result))
+"""
+
+NAMES = ("mixtral", "qwen3_moe", "gpt_oss")
+
+
+@pytest.fixture(scope="module")
+def moe() -> dict:
+    done = run_python(SCRIPT, emulated(HF_HUB_OFFLINE="1"), timeout=300, check=True)
+    return result_of(done.stdout)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unnamed_experts_get_batched_mm_on_gaudi(moe, name):
+    assert moe[name]["chosen"] == "batched_mm"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_greedy_tokens_are_the_cpus(moe, name):
+    assert moe[name]["hpu_tokens"] == moe[name]["cpu_tokens"]
+    assert len(moe[name]["hpu_tokens"][0]) == 15  # 7 prompt tokens and 8 new ones
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_adamw_losses_are_the_cpus(moe, name):
+    cpu, hpu = moe[name]["cpu_losses"], moe[name]["hpu_losses"]
+    assert hpu == pytest.approx(cpu, rel=1e-4, abs=1e-5)
+    assert cpu[-1] < cpu[0]  # the steps trained something
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_named_grouped_mm_is_kept_and_fails_as_on_gaudi(moe, name):
+    chosen, error = moe[name]["named"]
+    assert chosen == "grouped_mm"
+    assert error is not None and "histogram_cpu" in error and "'Int'" in error
+
+
+def test_without_the_adapter_the_default_fails(moe):
+    chosen, error = moe["without"]
+    assert chosen == "grouped_mm"
+    assert error is not None and "histogram_cpu" in error
+
+
+# -- the choice itself, in this process: real Transformers, a test plugin's "Gaudi ready" ------
+
+
+def _mixtral(**named: str):
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                           num_local_experts=2, num_experts_per_tok=1, **named)
+    return MixtralForCausalLM(config)
+
+
+def test_the_choice_is_gaudis_default_only_and_keeps_what_the_user_named(installed):
+    from hpu_plugin import hosts
+
+    assert _mixtral().config._experts_implementation == "batched_mm"
+    for named in ("grouped_mm", "eager", "batched_mm"):
+        assert _mixtral(experts_implementation=named).config._experts_implementation == named
+    model = _mixtral()
+    model.set_experts_implementation("grouped_mm")  # a later explicit choice is kept too
+    assert model.config._experts_implementation == "grouped_mm"
+    hosts.uninstall()
+    assert _mixtral().config._experts_implementation == "grouped_mm"
+
+
+def test_a_transformers_without_the_method_is_named_as_stayed_out(installed):
+    import types
+
+    from hpu_plugin import patching
+    from hpu_plugin.hosts import transformers_adapter
+
+    class Model:
+        pass
+
+    # An experts interface but no get_correct_experts_implementation: a release this was not
+    # written for; the adapter says so and patches nothing.
+    made = patching.Patches()
+    fake = types.SimpleNamespace(ALL_EXPERTS_FUNCTIONS={}, PreTrainedModel=Model)
+    transformers_adapter.install_experts(installed, made, fake)
+    reason = patching.this_process.stayed_out["transformers experts"]
+    assert "get_correct_experts_implementation" in reason
+    assert made.made == []
+    # Transformers 4.x: no experts interface (its MoE layers loop over experts), nothing to say.
+    patching.this_process.stayed_out.clear()
+    transformers_adapter.install_experts(installed, made, types.SimpleNamespace())
+    assert patching.this_process.stayed_out == {}
