@@ -226,6 +226,9 @@ out["memory"] = {
 out["driver_version"] = refused(pynvml.nvmlSystemGetDriverVersion)
 out["temperature"] = refused(pynvml.nvmlDeviceGetTemperature, handles[0], 0)
 out["bad_index"] = refused(pynvml.nvmlDeviceGetHandleByIndex, 2)
+pynvml.nvmlInit()  # a library's own session inside the program's: NVML counts them
+pynvml.nvmlShutdown()
+out["after_inner_shutdown"] = refused(pynvml.nvmlDeviceGetCount)
 pynvml.nvmlShutdown()
 out["after_shutdown"] = refused(pynvml.nvmlDeviceGetCount)
 print(json.dumps(out))
@@ -268,7 +271,7 @@ def test_pynvml_answers_with_the_emulated_gaudi(tmp_path, nvidia_pynvml):
     out = json.loads(run(NVML, migrated_env(tmp_path, devices=2, **extra)).stdout
                      .strip().splitlines()[-1])
     refusals = {k: out.pop(k) for k in ("driver_version", "temperature", "bad_index",
-                                        "after_shutdown")}
+                                        "after_inner_shutdown", "after_shutdown")}
     assert out.pop("nvidia_module") == (nvidia_pynvml == "installed")  # patched in place
     assert out == {
         "count": 2, "names": ["HL-225", "HL-225"], "by_uuid": 1,  # Gaudi2's product name
@@ -281,6 +284,7 @@ def test_pynvml_answers_with_the_emulated_gaudi(tmp_path, nvidia_pynvml):
     assert "pynvml.nvmlDeviceGetTemperature is mapped to pyhlml" in refusals["temperature"][2]
     assert refusals["bad_index"][1:] == [2, "Invalid Argument: device index 2; this server "
                                             "has 2 (0..1)"]
+    assert refusals["after_inner_shutdown"] == "accepted"  # one of two sessions ended
     assert refusals["after_shutdown"][1] == 1  # NVML_ERROR_UNINITIALIZED
 
 

@@ -123,9 +123,11 @@ def nvmlInit() -> None:
 
 
 def nvmlShutdown() -> None:
+    """As NVML's: init calls are counted and only the last shutdown ends the session, so a
+    library that shuts its own session down leaves the program's working."""
     if not _state["init"]:
         raise _fail(UNINITIALIZED, "Uninitialized: pynvml.nvmlShutdown() before nvmlInit()")
-    _state["init"] = 0
+    _state["init"] -= 1
 
 
 def nvmlDeviceGetCount() -> int:
