@@ -49,6 +49,23 @@ def _import_torch(root: Path) -> tuple[str, str]:
     return done.stdout, done.stderr
 
 
+@pytest.mark.parametrize("sticky", [False, True])
+def test_the_directory_hpu_plugin_cache_dir_names_is_checked_too(tmp_path, sound_library,
+                                                                 sticky):
+    """A 777 directory named by HPU_PLUGIN_CACHE_DIR lets anyone swap the emulator's cache
+    inside it; with the sticky bit (as /tmp) they cannot rename what is this user's."""
+    named = tmp_path / "cache"
+    _publish(named, sound_library)
+    named.chmod(0o1777 if sticky else 0o777)
+    out, err = _import_torch(named)
+    if sticky:
+        assert "STATE active True" in out
+        return
+    assert "STATE failed False" in out
+    assert f"{named} above the cache can be written by other users" in err
+    assert "fix:" in err
+
+
 def test_a_private_cache_loads(tmp_path, sound_library):
     _publish(tmp_path / "cache", sound_library)
     out, _ = _import_torch(tmp_path / "cache")

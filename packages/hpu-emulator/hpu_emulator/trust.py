@@ -29,8 +29,13 @@ def problem(path: Path, root: Path) -> str | None:
     """What makes ``path`` (under ``root``) untrustworthy, or ``None``.
 
     Entries that do not exist yet pass: this process creates them, in a directory that
-    passed, so nobody else can put them there first.
+    passed, so nobody else can put them there first. The directories above ``root`` may
+    belong to anyone (``/``, ``/home``), but one that others can write without the sticky
+    bit (``HPU_PLUGIN_CACHE_DIR`` made 777) lets them swap the cache for their own.
     """
+    reason = _open_ancestor(root)
+    if reason:
+        return reason
     entry = root
     for part in (None, *path.relative_to(root).parts):
         if part is not None:
@@ -50,6 +55,25 @@ def problem(path: Path, root: Path) -> str | None:
         reason = _ownership(entry, info, "")
         if reason:
             return reason
+    return None
+
+
+def _open_ancestor(root: Path) -> str | None:
+    """A directory above ``root`` in which another user can rename or replace entries."""
+    uid = os.geteuid()
+    above = Path(os.path.realpath(root.parent))
+    for directory in (*reversed(above.parents), above):
+        try:
+            info = os.stat(directory)
+        except OSError:
+            continue
+        if info.st_mode & stat.S_ISVTX:
+            continue  # /tmp: others may add entries, not rename or remove this user's
+        if info.st_mode & stat.S_IWOTH or (
+                info.st_mode & stat.S_IWGRP and not _only_member(info.st_gid, uid)):
+            return (f"{directory} above the cache can be written by other users (mode "
+                    f"{stat.filemode(info.st_mode)}, no sticky bit), who could replace the "
+                    "cache inside it")
     return None
 
 
