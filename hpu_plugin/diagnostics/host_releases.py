@@ -7,6 +7,8 @@ what they wait for only in :func:`probe_adapters`; nothing below ``diagnostics/`
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 from dataclasses import dataclass
 from importlib import metadata
@@ -134,16 +136,21 @@ def probe_adapters() -> dict[str, Any]:
     logger = logging.getLogger("hpu_plugin")
     level = logger.level
     logger.setLevel(logging.ERROR)
+    # What the hosts' own imports print (bitsandbytes' "Failed to load CPU gemm_4bit_forward"
+    # warning, reached through peft) is theirs, not the diagnostic's: kept, not shown.
+    printed = io.StringIO()
     try:
-        while True:
-            names = [
-                name for name in importhook.pending()
-                if name.split(".")[0] in PROBED and name not in probed and name not in absent
-            ]
-            if not names:
-                break
-            for name in names:
-                _import(name, probed, absent)
+        with contextlib.redirect_stderr(printed):
+            while True:
+                names = [
+                    name for name in importhook.pending()
+                    if name.split(".")[0] in PROBED and name not in probed
+                    and name not in absent
+                ]
+                if not names:
+                    break
+                for name in names:
+                    _import(name, probed, absent)
     except Exception as exc:  # a diagnostic reports, it does not fail
         patching.record_out("hpu-plugin", "probe", f"probing the adapters failed: {exc!r}")
     finally:
@@ -158,6 +165,7 @@ def probe_adapters() -> dict[str, Any]:
         "stayed_out": dict(patching.this_process.stayed_out),
         "imported": probed,
         "absent": absent,
+        "printed_by_hosts": printed.getvalue(),
     }
 
 

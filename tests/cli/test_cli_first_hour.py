@@ -97,3 +97,19 @@ def test_mode_is_not_credited_to_a_plugin_that_set_nothing(extra):
     assert mode.startswith("Mode: lazy (PT_HPU_LAZY_MODE unset: the Gaudi software's default"), mode
     user = run_cli("info", env=scrubbed(PATH=no_hlsmi_path(), PT_HPU_LAZY_MODE="0", **extra))
     assert "Mode: eager (PT_HPU_LAZY_MODE=0, set by the user)" in user.stdout, user.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("command", ["info", "doctor"])
+def test_what_host_imports_print_is_not_the_commands_output(command):
+    """The adapters' probe imports Transformers' trainer, which reaches peft and bitsandbytes;
+    bitsandbytes warns on import that its CPU 4-bit kernel is missing. That line is theirs:
+    emulated info and doctor print nothing on stderr, and the report keeps it."""
+    assert pytest.importorskip("bitsandbytes")
+    done = run_cli(command, env=emulated())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "gemm_4bit_forward" not in done.stderr, done.stderr
+    assert "gemm_4bit_forward" not in done.stdout
+    if command == "info":
+        report = json.loads(run_cli("info", "--json", env=emulated()).stdout)
+        assert "gemm_4bit_forward" in report["support"]["adapters"]["printed_by_hosts"]
