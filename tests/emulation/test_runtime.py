@@ -53,6 +53,28 @@ def test_device_api_and_tensors_to_and_from_hpu(run):
     assert out.stdout.strip().endswith("ok")
 
 
+def test_torch_event_on_hpu_times_in_milliseconds(run):
+    """torch's generic events (``torch.Event(device="hpu")``, what device-neutral code and
+    ``torch.accelerator`` users write) time through the device guard, as the bridge's does."""
+    out = run("""
+        import time, torch
+        start = torch.Event(device="hpu", enable_timing=True)
+        end = torch.Event(device="hpu", enable_timing=True)
+        start.record()
+        time.sleep(0.01)
+        end.record()
+        end.synchronize()
+        print("ms", start.elapsed_time(end))
+        try:
+            torch.Event(device="hpu").elapsed_time(end)
+        except ValueError as exc:
+            print("untimed", exc)
+    """)
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert 5 <= float(lines["ms"]) < 5000
+    assert "enable_timing=True" in lines["untimed"]
+
+
 def test_training_step_equals_cpu(run):
     run("""
         import copy, torch

@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -280,6 +281,10 @@ PinnedAllocator g_pinned_allocator;
 
 // ---------------------------------------------------------------- device guard
 
+struct RecordedEvent {
+  std::chrono::steady_clock::time_point at;
+};
+
 struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceType type() const override {
     return c10::DeviceType::HPU;
@@ -320,16 +325,37 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return g_config.device_count > 0 ? 1 : 0;
   }
-  // Work is synchronous: events are always complete.
-  void record(void** /*event*/, const c10::Stream& /*stream*/,
-              const c10::DeviceIndex /*device_index*/,
-              const c10::EventFlag /*flag*/) const override {}
+  // Work is synchronous: an event is complete when it is recorded, so the time of its
+  // record is its time, and torch.Event(device="hpu", enable_timing=True).elapsed_time
+  // gives milliseconds between two, as the bridge's guard does.
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag /*flag*/) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "Event device index ", device_index,
+                " does not match recording stream's device index ", stream.device_index(),
+                ".");
+    auto* recorded = static_cast<RecordedEvent*>(*event);
+    if (recorded == nullptr) {
+      recorded = new RecordedEvent();
+    }
+    recorded->at = std::chrono::steady_clock::now();
+    *event = recorded;
+  }
   void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
   bool queryEvent(void* /*event*/) const override {
     return true;
   }
-  void destroyEvent(void* /*event*/, const c10::DeviceIndex /*device_index*/)
-      const noexcept override {}
+  void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/)
+      const noexcept override {
+    delete static_cast<RecordedEvent*>(event);
+  }
+  double elapsedTime(void* first, void* second,
+                     const c10::DeviceIndex /*device_index*/) const override {
+    TORCH_CHECK(first != nullptr && second != nullptr,
+                "Both events must be recorded before calculating elapsed time.");
+    auto span = static_cast<RecordedEvent*>(second)->at - static_cast<RecordedEvent*>(first)->at;
+    return std::chrono::duration<double, std::milli>(span).count();
+  }
   bool queryStream(const c10::Stream& /*stream*/) const override {
     return true;
   }
