@@ -52,10 +52,16 @@ elif api == "config":
     model = AutoModelForCausalLM.from_pretrained(
         path, distributed_config=DistributedConfig(tp_size=int(os.environ["WORLD_SIZE"]),
                                                    tp_plan="auto"))
+elif api == "2d":  # tensor parallel inside pairs of cards, fully sharded across the pairs
+    model = AutoModelForCausalLM.from_pretrained(path, distributed_config=DistributedConfig(
+        tp_size=2, fsdp_size=int(os.environ["WORLD_SIZE"]) // 2, tp_plan="auto"))
 else:
     model = AutoModelForCausalLM.from_pretrained(path).to("hpu")
 ids = torch.tensor([[1, 5, 9, 3], [7, 2, 8, 4]], device=model.device)
-tokens = model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
+# Not under FSDP 2: a forward outside training leaves an unshard FSDP waits for at the end of
+# the next backward on torch.accelerator's stream with the hpu stream's event, which torch
+# reads as a torch.Event (docs/scaling-out.md).
+tokens = None if api == "2d" else model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
 model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 backward = lambda loss: loss.backward()
@@ -117,12 +123,13 @@ def _torchrun(tmp_path: Path, model_dir: Path, api: str, ranks: int) -> list[dic
 def _assert_same(found: list[dict], single: dict) -> None:
     for rank in found:
         assert rank["device"] == "hpu:0"  # the one device each Gaudi process drives
-        assert rank["tokens"] == single["tokens"]
+        if rank["tokens"] is not None:
+            assert rank["tokens"] == single["tokens"]
         assert rank["losses"] == pytest.approx(single["losses"], rel=1e-4, abs=1e-5)
 
 
 @pytest.mark.parametrize(
-    ("api", "ranks"), [("tp_plan", 2), ("config", 2), ("accelerate", 2), ("config", 4)])
+    ("api", "ranks"), [("tp_plan", 2), ("config", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
 def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
                                                          ranks):
     _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)

@@ -75,6 +75,24 @@ def test_torch_event_on_hpu_times_in_milliseconds(run):
     assert "enable_timing=True" in lines["untimed"]
 
 
+def test_hpu_streams_take_hpu_events_as_the_bridges_do(run):
+    """The bridge's ``torch.hpu.Stream`` waits on and records its own ``torch.hpu.Event``
+    (``streams.py``: ``wait_event`` calls ``event.wait(self)``, ``record_event`` makes a
+    ``torch.hpu.Event``); FSDP 2 does both with the device module's classes."""
+    out = run("""
+        import torch
+        stream = torch.hpu.Stream()
+        for event in (torch.hpu.Event(), torch.Event(device="hpu")):
+            event.record()
+            stream.wait_event(event)
+        recorded = stream.record_event()
+        stream.wait_stream(torch.hpu.current_stream())
+        print(type(recorded).__name__, type(torch.hpu.current_stream()).__name__,
+              recorded.query())
+    """)
+    assert out.stdout.split() == ["Event", "Stream", "True"]
+
+
 def test_training_step_equals_cpu(run):
     run("""
         import copy, torch

@@ -236,8 +236,25 @@ class device_of(device):
 
 
 class Stream(torch.Stream):
+    """As the bridge's ``torch.hpu.Stream``: its event methods take its own
+    ``torch.hpu.Event`` (and torch's), through the event's ``record`` and ``wait``, as the
+    bridge's do; torch's C++ ones take only a ``torch.Event`` (FSDP 2 waits on a
+    ``torch.hpu.Event`` on a ``torch.hpu.Stream``)."""
+
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
         return super().__new__(cls, device=torch.device("hpu", _index(device)), priority=priority)
+
+    def wait_event(self, event: Any) -> None:
+        event.wait(self)
+
+    def wait_stream(self, stream: Any) -> None:
+        self.wait_event(stream.record_event())
+
+    def record_event(self, event: Any = None) -> Any:
+        if event is None:
+            event = Event()
+        event.record(self)
+        return event
 
 
 class Event:
@@ -280,8 +297,8 @@ class Event:
         return f"<torch.hpu.Event {state}>"
 
 
-def current_stream(device: Any = None) -> torch.Stream:
-    return torch.Stream(device=torch.device("hpu", _index(device)))
+def current_stream(device: Any = None) -> Stream:
+    return Stream(device)
 
 
 default_stream = current_stream
