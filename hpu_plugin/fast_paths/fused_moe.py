@@ -41,7 +41,7 @@ FAST_PATH = "fused_moe"
 NAME = "hpu_fused_moe"
 #: The host function the entry falls back to, where the kernel does not fit.
 FALLBACK = GAUDI_EXPERTS
-#: Marks our ``get_correct_experts_implementation`` (the adapter's is under it, or over it).
+#: Marks our ``get_correct_experts_implementation`` (the adapter's goes over it, or under it).
 MARK = "_hpu_plugin_fused_moe"
 
 
@@ -180,9 +180,10 @@ def install_choice(registry: Registry, patches: Patches, module: types.ModuleTyp
             return NAME
         return chosen
 
+    # marked as this fast path's, not as the plugin's (``ours``): the fast paths are installed
+    # before the host adapters, whose wrapper of this method must still go over it
     setattr(get_correct_experts_implementation, MARK, True)
-    patches.set(cls, "get_correct_experts_implementation",
-                ours(get_correct_experts_implementation))
+    patches.set(cls, "get_correct_experts_implementation", get_correct_experts_implementation)
 
 
 def install(registry: Registry, patches: Patches) -> None:
