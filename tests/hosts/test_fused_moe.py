@@ -101,6 +101,30 @@ for name in MODELS:
     switches(HPU_PLUGIN_FAST_MOE="0")
     entry["off_tokens"] = generate(made(name, "hpu"), "hpu")
     result[name] = entry
+# bfloat16: the router's float32 top-k weights are cast for the kernel, which (as the
+# bridge's scatter of them into the activations' dtype) refuses them uncast
+switches(HPU_PLUGIN_FAST="0", HPU_PLUGIN_FAST_MOE="1")
+bf16 = {}
+for label, kw in (("fused", {}), ("batched", {"experts_implementation": "batched_mm"})):
+    model = made("mixtral", "hpu", **kw).to(torch.bfloat16).eval()
+    counters.reset()
+    with torch.no_grad():
+        bf16[label] = model(input_ids=IDS.to("hpu")).logits.float().cpu()
+    bf16[label + "_kernels"] = counters.snapshot()["fused_kernels"]
+scale = float(bf16["batched"].abs().max())
+experts = model.model.layers[0].mlp.experts
+hidden = torch.randn(3, 32).to("hpu", torch.bfloat16)
+weights, table = torch.topk(torch.rand(3, 4).to("hpu"), 2)
+try:
+    torch.ops.hpu.mixture_of_experts.fused_weights(
+        hidden, table, weights, list(experts.gate_up_proj.unbind(0)),
+        list(experts.down_proj.unbind(0)), True, "silu", 0, 3)
+    refused = None
+except RuntimeError as exc:
+    refused = str(exc)
+result["bf16"] = {"kernels": bf16["fused_kernels"], "batched_kernels": bf16["batched_kernels"],
+                  "rel": float((bf16["fused"] - bf16["batched"]).abs().max()) / scale,
+                  "refused": refused}
 print("RESULT" + json.dumps(result))
 """
 
@@ -165,3 +189,10 @@ def test_a_named_implementation_is_kept(moe, name):
 def test_the_fast_path_off_gives_batched_mm(moe, name, switch):
     assert moe[name][switch][0] == "batched_mm"
     assert moe[name]["all_off"][1]["fused"] == 0  # no fast path on: no fused kernel at all
+
+
+def test_bfloat16_router_weights_are_cast_for_the_kernel(moe):
+    bf16 = moe["bf16"]
+    assert bf16["kernels"] == LAYERS and bf16["batched_kernels"] == 0
+    assert bf16["rel"] < 2e-2  # the kernel rounds once where batched_mm sums in float32
+    assert bf16["refused"] is not None and "router_weights" in bf16["refused"]
