@@ -92,6 +92,8 @@ def fits(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any)
         return None
     if gate_up.dtype != dtype or down.dtype != dtype or not top_k_weights.is_floating_point():
         return None
+    if top_k_index.dtype != torch.int64:  # the bridge scatters by it: ATen takes int64 only
+        return None
     # no autograd formula for the op: only where nothing asks for a gradient
     if torch.is_grad_enabled() and (hidden_states.requires_grad or gate_up.requires_grad
                                     or down.requires_grad or top_k_weights.requires_grad):
