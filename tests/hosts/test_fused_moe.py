@@ -125,6 +125,24 @@ except RuntimeError as exc:
 result["bf16"] = {"kernels": bf16["fused_kernels"], "batched_kernels": bf16["batched_kernels"],
                   "rel": float((bf16["fused"] - bf16["batched"]).abs().max()) / scale,
                   "refused": refused}
+# the transposed layout (Aria's: gate_up_proj [E, H, 2I], down_proj [E, I, H]) is the
+# kernel's unpermuted one: the same experts, transposed, give batched_mm's output
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+experts = made("mixtral", "hpu").model.layers[0].mlp.experts
+hidden = torch.randn(5, 32).to("hpu")
+weights, table = torch.topk(torch.softmax(torch.randn(5, 4), -1).to("hpu"), 2)
+with torch.no_grad():
+    reference = ALL_EXPERTS_FUNCTIONS["batched_mm"](experts, hidden, table, weights)
+    counters.reset()
+    plain = ALL_EXPERTS_FUNCTIONS["hpu_fused_moe"](experts, hidden, table, weights)
+    experts.gate_up_proj.data = experts.gate_up_proj.data.transpose(1, 2).contiguous()
+    experts.down_proj.data = experts.down_proj.data.transpose(1, 2).contiguous()
+    experts.is_transposed = True
+    transposed = ALL_EXPERTS_FUNCTIONS["hpu_fused_moe"](experts, hidden, table, weights)
+result["layouts"] = {"kernels": counters.snapshot()["fused_kernels"],
+                     "plain": float((plain - reference).abs().max()),
+                     "transposed": float((transposed - reference).abs().max()),
+                     "scale": float(reference.abs().max())}
 print("RESULT" + json.dumps(result))
 """
 
@@ -196,3 +214,11 @@ def test_bfloat16_router_weights_are_cast_for_the_kernel(moe):
     assert bf16["kernels"] == LAYERS and bf16["batched_kernels"] == 0
     assert bf16["rel"] < 2e-2  # the kernel rounds once where batched_mm sums in float32
     assert bf16["refused"] is not None and "router_weights" in bf16["refused"]
+
+
+def test_the_transposed_layout_is_the_kernels_unpermuted_one(moe):
+    layouts = moe["layouts"]
+    assert layouts["kernels"] == 2
+    assert layouts["plain"] <= 1e-6 * layouts["scale"]
+    assert layouts["transposed"] <= 1e-6 * layouts["scale"]
+    assert layouts["scale"] > 0
