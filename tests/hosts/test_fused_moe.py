@@ -143,6 +143,20 @@ result["layouts"] = {"kernels": counters.snapshot()["fused_kernels"],
                      "plain": float((plain - reference).abs().max()),
                      "transposed": float((transposed - reference).abs().max()),
                      "scale": float(reference.abs().max())}
+# greedy generate() with every fast path on: the prefill runs eagerly, each later token is a
+# graph hpu_backend compiled (inference_graphs) with the kernel in it; the emulator's kernel
+# body runs once per MoE layer and forward either way (counted around it, not replaced)
+from hpu_emulator.kernels import moe as emulated_moe
+switches()
+runs = []
+body = emulated_moe._experts
+emulated_moe._experts = lambda *args: runs.append(1) or body(*args)
+model = made("mixtral", "hpu")
+counters.reset()
+tokens = generate(model, "hpu")
+emulated_moe._experts = body
+result["graphed"] = {"runs": len(runs), "compiled": counters.snapshot()["compiled_graphs"],
+                     "tokens": tokens}
 print("RESULT" + json.dumps(result))
 """
 
@@ -222,3 +236,10 @@ def test_the_transposed_layout_is_the_kernels_unpermuted_one(moe):
     assert layouts["plain"] <= 1e-6 * layouts["scale"]
     assert layouts["transposed"] <= 1e-6 * layouts["scale"]
     assert layouts["scale"] > 0
+
+
+def test_graphed_decoding_steps_run_the_kernel(moe):
+    graphed = moe["graphed"]
+    assert graphed["tokens"] == moe["mixtral"]["cpu_tokens"]
+    assert graphed["compiled"] >= 7  # the decoding steps after the prefill ran as graphs
+    assert graphed["runs"] == LAYERS * 8  # the prefill and 7 graphed steps, each layer once
