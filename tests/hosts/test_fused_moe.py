@@ -157,6 +157,11 @@ tokens = generate(model, "hpu")
 emulated_moe._experts = body
 result["graphed"] = {"runs": len(runs), "compiled": counters.snapshot()["compiled_graphs"],
                      "tokens": tokens}
+# undoing the plugin takes the entry and the choice back with the adapter's
+from hpu_plugin import hosts
+hosts.uninstall()
+result["undone"] = {"entry": "hpu_fused_moe" in ALL_EXPERTS_FUNCTIONS,
+                    "chosen": made("mixtral", "cpu").config._experts_implementation}
 print("RESULT" + json.dumps(result))
 """
 
@@ -243,3 +248,7 @@ def test_graphed_decoding_steps_run_the_kernel(moe):
     assert graphed["tokens"] == moe["mixtral"]["cpu_tokens"]
     assert graphed["compiled"] >= 7  # the decoding steps after the prefill ran as graphs
     assert graphed["runs"] == LAYERS * 8  # the prefill and 7 graphed steps, each layer once
+
+
+def test_undoing_the_plugin_takes_the_entry_and_the_choice_back(moe):
+    assert moe["undone"] == {"entry": False, "chosen": "grouped_mm"}
