@@ -6,7 +6,8 @@ random lengths) and per generated token (greedy ``generate()``, its prefill incl
 a first call that compiles), counted by the emulator
 (``hpu_emulator.counters``: what a Gaudi would launch in eager mode), with every fast
 path off (``HPU_PLUGIN_FAST=0``), each one alone, and all on; then the padding of the
-``Trainer``'s bucketed batches with and without rows of similar length batched together.
+``Trainer``'s bucketed batches with and without rows of similar length batched together,
+and the launches of one MoE layer (tiny Mixtral) with ``batched_mm`` and the fused kernel.
 Losses and tokens of each arm are compared with the all-off arm. Run:
 ``python bench/fast_paths.py`` (``--steps``, ``--tokens`` to shorten). Times on a CPU say
 nothing about Gaudi; launch counts do.
@@ -119,6 +120,46 @@ def padding(steps: int) -> dict[str, float]:
     return result
 
 
+def moe_forward() -> dict[str, dict[str, float]]:
+    """Launches of one MoE layer's experts in a forward without gradients (tiny Mixtral,
+    prompt of 8 tokens, every other fast path off): ``batched_mm`` (``fused_moe`` off) and
+    the fused kernel (on), with the largest difference of the two models' logits."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    result: dict[str, dict[str, float]] = {}
+    logits = {}
+    for label, switch in (("batched_mm", "0"), ("fused_moe", "1")):
+        for path in FAST_PATHS:
+            os.environ.pop(path.setting, None)
+        os.environ[SWITCH], os.environ["HPU_PLUGIN_FAST_MOE"] = "0", switch
+        torch.manual_seed(0)
+        model = MixtralForCausalLM(MixtralConfig(
+            vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+            num_experts_per_tok=2)).to("hpu").eval()
+        seen: list[int] = []
+        start: dict[str, int] = {}
+
+        def before(module: Any, args: Any, start: dict[str, int] = start) -> None:
+            start.update(counters.snapshot())
+
+        def after(module: Any, args: Any, output: Any, seen: list[int] = seen,
+                  start: dict[str, int] = start) -> None:
+            seen.append(counters.snapshot()["launches"] - start["launches"])
+
+        for layer in model.model.layers:
+            layer.mlp.experts.register_forward_pre_hook(before)
+            layer.mlp.experts.register_forward_hook(after)
+        with torch.no_grad():
+            logits[label] = model(torch.tensor([[1, 5, 9, 14, 27, 33, 41, 52]]).to("hpu")
+                                  ).logits.cpu()
+        result[label] = {"launches": sum(seen) / len(seen),
+                         "chosen": model.config._experts_implementation}
+    result["fused_moe"]["max_logit_diff"] = float(
+        (logits["fused_moe"] - logits["batched_mm"]).abs().max())
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -142,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{t['syncs']:>11.1f}{g['launches']:>16.0f}"
               f"{g['launches'] / base['generate']['launches']:>7.2f}{g['syncs']:>12.1f}"
               f"  max loss diff {worst:.1e}, {same}")
+    moe = moe_forward()
+    print("tiny Mixtral (8 experts, top 2), forward without gradients, 8 tokens: launches per "
+          "MoE layer's experts")
+    for label, r in moe.items():
+        extra = f", max logit diff {r['max_logit_diff']:.1e}" if "max_logit_diff" in r else ""
+        print(f"  {label:<18}{r['launches']:>7.0f}  ({r['chosen']}{extra})")
     pad = padding(args.padding_steps)
     print(f"Trainer batches bucketed (torch_compile=True), {args.padding_steps} steps, batch 2, "
           "lengths 4..500: padding (padded / real tokens)")

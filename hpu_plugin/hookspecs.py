@@ -299,9 +299,11 @@ def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     ``"fused_optimizer"`` (AdamW/SGD stepped by the fused optimizer kernel),
     ``"fused_clip_norm"`` (gradient clipping by the fused clip-norm kernel),
     ``"fused_sdpa"``, ``"fused_rms_norm"`` and ``"fused_rope"`` (a Transformers model's
-    attention, RMSNorm layers and rotary embeddings by the fused kernels) and
-    ``"inference_graphs"`` (the decoding steps of an eager model's ``generate()`` run as
-    graphs);
+    attention, RMSNorm layers and rotary embeddings by the fused kernels),
+    ``"fused_moe"`` (a Transformers 5 model's mixture-of-experts layers by the fused MoE
+    kernel, asked when the model is made and at each call; ``context`` names the model's
+    or the experts module's class) and ``"inference_graphs"`` (the decoding steps of an
+    eager model's ``generate()`` run as graphs);
     ``context`` holds plain facts of the case (``"optimizer"``: its class name, ``"model"``:
     the model type, ...). ``True`` takes the fast path, ``False`` keeps the ordinary one,
     ``None`` is no opinion (ordinary path when nobody has one). The hosts take a fast path

@@ -12,6 +12,8 @@ results:
 - :mod:`.fused_training`: the fused optimizer and clip-norm in Accelerate;
 - :mod:`.fused_modeling`: the fused attention (through Transformers' attention registry) and
   RMSNorm kernels, with :mod:`.fused_rope` (the rotary kernel);
+- :mod:`.fused_moe`: the fused mixture-of-experts kernel, through Transformers' experts
+  registry;
 - :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs.
 
 :mod:`.decisions` also says what each replaces and what turning it off costs.
@@ -30,6 +32,7 @@ def install(registry: Registry, patches: Patches) -> None:
     """Register every fast path's post-import hooks (with a device ready)."""
     from hpu_plugin.fast_paths import (
         fused_modeling,
+        fused_moe,
         fused_training,
         generate_buckets,
         trainer_buckets,
@@ -39,3 +42,4 @@ def install(registry: Registry, patches: Patches) -> None:
     trainer_buckets.install(registry, patches)
     fused_training.install(registry, patches)
     fused_modeling.install(registry, patches)
+    fused_moe.install(registry, patches)

@@ -12,7 +12,8 @@ module's own implementation of the hook (the first-party ``fast_paths`` plugin, 
 by entry point like a third party's) answers from the settings. Each fast path gives the
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
-(``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_GRAPHS``) turns one
+(``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
+``_GRAPHS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -75,6 +76,13 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "per layer two launches (query, key) instead of about ten, and two instead of "
              "about twenty in the backward",
              "habana_frameworks.torch.hpex.kernels:RotaryPosEmbeddingHelperV2"),
+    FastPath("fused_moe", "the mixture-of-experts layers of a Transformers 5 model that "
+             "names no experts_implementation (batched_mm on Gaudi otherwise)",
+             "the fused MoE kernel (torch.ops.hpu.mixture_of_experts), registered as "
+             "\"hpu_fused_moe\" in Transformers' ExpertsInterface; where no gradient is wanted",
+             "one launch per MoE layer instead of about fifteen, and no copy of each token's "
+             "expert weights",
+             "torch.ops.hpu:mixture_of_experts"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
              "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
              "with hpu_backend (eager mode; a greedy token is one graph on Transformers 4.57+),"

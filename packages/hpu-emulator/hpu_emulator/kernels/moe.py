@@ -8,7 +8,9 @@ experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=
 the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
 ``relu`` or ``silu``. ``experts_min``/``experts_max`` only steer the hardware kernel (the
 bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
-concatenated (on dim 0 when permuted, else dim 1).
+concatenated (on dim 0 when permuted, else dim 1). ``router_weights`` must have
+``hidden_states``' dtype and the routing table must be int64, as the bridge's scatter of the
+one by the other requires.
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
     expect(expert_routing_table.shape == router_weights.shape,
            f"{op}: expert_routing_table {list(expert_routing_table.shape)} and router_weights "
            f"{list(router_weights.shape)} must have one shape")
+    # The bridge scatters router_weights into a tensor of hidden_states' dtype with the
+    # routing table as the index (``torch::zeros(..., hidden_states.options()).scatter_``):
+    # ATen's scatter_ refuses another dtype for either.
+    expect(router_weights.dtype == hidden_states.dtype,
+           f"{op}: router_weights must have hidden_states' dtype {hidden_states.dtype}, got "
+           f"{router_weights.dtype}; cast them (optimum-habana does) before the call")
+    expect(expert_routing_table.dtype == torch.int64,
+           f"{op}: expert_routing_table must be int64 (torch.topk's indices), got "
+           f"{expert_routing_table.dtype}")
     expect_same_lengths(op, w1=w1, w2=w2, w3=w3)
     experts = len(w1)
     expect(experts > 0, f"{op}: needs at least one expert")

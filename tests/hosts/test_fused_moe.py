@@ -1,0 +1,254 @@
+"""``fused_moe``: a mixture-of-experts model that names no ``experts_implementation`` gets
+``"hpu_fused_moe"`` on Gaudi, whose entry in Transformers' ``ExpertsInterface`` runs the fused
+kernel ``torch.ops.hpu.mixture_of_experts`` where it gives ``batched_mm``'s result.
+
+Tiny Mixtral and Qwen3-MoE (SiLU experts, Transformers' default gate) on the emulated Gaudi:
+greedy tokens equal the CPU's; a forward without gradients launches the kernel once per MoE
+layer (the emulator's fused-kernel counter, other fast paths off) and fewer launches than
+``batched_mm``; a forward that wants gradients, GPT-OSS (biases, its own clamped gate) and a
+named ``batched_mm`` never launch it; AdamW losses equal the CPU's (training runs
+``batched_mm`` under the fused name: the op has no autograd). With the fast path off
+(``HPU_PLUGIN_FAST_MOE=0`` or ``HPU_PLUGIN_FAST=0``) the model gets ``batched_mm`` as before.
+"""
+
+from __future__ import annotations
+
+import pytest
+from processes import emulated, result_of, run_python
+
+SCRIPT = r"""
+import json, os
+import torch
+from transformers import (GptOssConfig, GptOssForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from hpu_emulator import counters
+
+SIZES = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+             num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+             max_position_embeddings=64, pad_token_id=0, attention_dropout=0.0)
+MODELS = {
+    "mixtral": lambda **kw: MixtralForCausalLM(MixtralConfig(
+        **SIZES, num_local_experts=4, num_experts_per_tok=2, **kw)),
+    "qwen3_moe": lambda **kw: Qwen3MoeForCausalLM(Qwen3MoeConfig(
+        **SIZES, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48,
+        decoder_sparse_step=1, mlp_only_layers=[], **kw)),
+    "gpt_oss": lambda **kw: GptOssForCausalLM(GptOssConfig(
+        **SIZES, num_local_experts=4, num_experts_per_tok=2, sliding_window=16,
+        layer_types=["sliding_attention", "full_attention"], **kw)),
+}
+IDS = torch.tensor([[0, 0, 0, 5, 9, 14, 27], [4, 8, 15, 16, 23, 42, 7]])
+ROWS = torch.tensor([[5, 9, 14, 27, 3, 8, 11, 40], [4, 8, 15, 16, 23, 42, 7, 60]])
+
+def switches(**values):
+    for name in ("HPU_PLUGIN_FAST", "HPU_PLUGIN_FAST_MOE"):
+        os.environ.pop(name, None)
+    os.environ.update(values)
+
+def made(name, device, **kw):
+    torch.manual_seed(0)
+    return MODELS[name](**kw).to(device)
+
+def generate(model, device):
+    ids = IDS.to(device)
+    with torch.no_grad():
+        out = model.eval().generate(input_ids=ids, attention_mask=(ids != 0).long(),
+                                    max_new_tokens=8, do_sample=False)
+    return out.cpu().tolist()
+
+def forward(model, grad):
+    # the fused-kernel launches and all launches of one forward, eager
+    ids = IDS.to("hpu")
+    counters.reset()
+    with torch.set_grad_enabled(grad):
+        logits = model(input_ids=ids).logits
+    now = counters.snapshot()
+    if grad:
+        logits.sum().backward()  # the batched_mm it fell back to trains
+    return {"fused": now["fused_kernels"], "launches": now["launches"]}
+
+def train(model, device):
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ids, losses = ROWS.to(device), []
+    for _ in range(4):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+result = {}
+for name in MODELS:
+    switches()
+    cpu = made(name, "cpu", experts_implementation="grouped_mm")
+    hpu = made(name, "hpu")
+    entry = {"chosen": hpu.config._experts_implementation,
+             "cpu_tokens": generate(cpu, "cpu"), "hpu_tokens": generate(hpu, "hpu"),
+             "cpu_losses": train(made(name, "cpu", experts_implementation="grouped_mm"), "cpu"),
+             "hpu_losses": train(made(name, "hpu"), "hpu")}
+    # only this fast path on: the fused kernels counted are the MoE layers'
+    switches(HPU_PLUGIN_FAST="0", HPU_PLUGIN_FAST_MOE="1")
+    entry["fused"] = forward(made(name, "hpu").eval(), grad=False)
+    entry["with_grad"] = forward(made(name, "hpu").eval(), grad=True)
+    named = made(name, "hpu", experts_implementation="batched_mm")
+    entry["named"] = [named.config._experts_implementation, forward(named.eval(), grad=False)]
+    for label, values in (("moe_off", {"HPU_PLUGIN_FAST_MOE": "0"}),
+                          ("all_off", {"HPU_PLUGIN_FAST": "0"}), ("all_on", {})):
+        switches(**values)
+        model = made(name, "hpu")
+        entry[label] = [model.config._experts_implementation, forward(model.eval(), grad=False)]
+    switches(HPU_PLUGIN_FAST_MOE="0")
+    entry["off_tokens"] = generate(made(name, "hpu"), "hpu")
+    result[name] = entry
+# bfloat16: the router's float32 top-k weights are cast for the kernel, which (as the
+# bridge's scatter of them into the activations' dtype) refuses them uncast
+switches(HPU_PLUGIN_FAST="0", HPU_PLUGIN_FAST_MOE="1")
+bf16 = {}
+for label, kw in (("fused", {}), ("batched", {"experts_implementation": "batched_mm"})):
+    model = made("mixtral", "hpu", **kw).to(torch.bfloat16).eval()
+    counters.reset()
+    with torch.no_grad():
+        bf16[label] = model(input_ids=IDS.to("hpu")).logits.float().cpu()
+    bf16[label + "_kernels"] = counters.snapshot()["fused_kernels"]
+scale = float(bf16["batched"].abs().max())
+experts = model.model.layers[0].mlp.experts
+hidden = torch.randn(3, 32).to("hpu", torch.bfloat16)
+weights, table = torch.topk(torch.rand(3, 4).to("hpu"), 2)
+try:
+    torch.ops.hpu.mixture_of_experts.fused_weights(
+        hidden, table, weights, list(experts.gate_up_proj.unbind(0)),
+        list(experts.down_proj.unbind(0)), True, "silu", 0, 3)
+    refused = None
+except RuntimeError as exc:
+    refused = str(exc)
+result["bf16"] = {"kernels": bf16["fused_kernels"], "batched_kernels": bf16["batched_kernels"],
+                  "rel": float((bf16["fused"] - bf16["batched"]).abs().max()) / scale,
+                  "refused": refused}
+# the transposed layout (Aria's: gate_up_proj [E, H, 2I], down_proj [E, I, H]) is the
+# kernel's unpermuted one: the same experts, transposed, give batched_mm's output
+from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+experts = made("mixtral", "hpu").model.layers[0].mlp.experts
+hidden = torch.randn(5, 32).to("hpu")
+weights, table = torch.topk(torch.softmax(torch.randn(5, 4), -1).to("hpu"), 2)
+with torch.no_grad():
+    reference = ALL_EXPERTS_FUNCTIONS["batched_mm"](experts, hidden, table, weights)
+    counters.reset()
+    plain = ALL_EXPERTS_FUNCTIONS["hpu_fused_moe"](experts, hidden, table, weights)
+    experts.gate_up_proj.data = experts.gate_up_proj.data.transpose(1, 2).contiguous()
+    experts.down_proj.data = experts.down_proj.data.transpose(1, 2).contiguous()
+    experts.is_transposed = True
+    transposed = ALL_EXPERTS_FUNCTIONS["hpu_fused_moe"](experts, hidden, table, weights)
+result["layouts"] = {"kernels": counters.snapshot()["fused_kernels"],
+                     "plain": float((plain - reference).abs().max()),
+                     "transposed": float((transposed - reference).abs().max()),
+                     "scale": float(reference.abs().max())}
+# greedy generate() with every fast path on: the prefill runs eagerly, each later token is a
+# graph hpu_backend compiled (inference_graphs) with the kernel in it; the emulator's kernel
+# body runs once per MoE layer and forward either way (counted around it, not replaced)
+from hpu_emulator.kernels import moe as emulated_moe
+switches()
+runs = []
+body = emulated_moe._experts
+emulated_moe._experts = lambda *args: runs.append(1) or body(*args)
+model = made("mixtral", "hpu")
+counters.reset()
+tokens = generate(model, "hpu")
+emulated_moe._experts = body
+result["graphed"] = {"runs": len(runs), "compiled": counters.snapshot()["compiled_graphs"],
+                     "tokens": tokens}
+# undoing the plugin takes the entry and the choice back with the adapter's
+from hpu_plugin import hosts
+hosts.uninstall()
+result["undone"] = {"entry": "hpu_fused_moe" in ALL_EXPERTS_FUNCTIONS,
+                    "chosen": made("mixtral", "cpu").config._experts_implementation}
+print("RESULT" + json.dumps(result))
+"""
+
+FITS = ("mixtral", "qwen3_moe")
+NAMES = (*FITS, "gpt_oss")
+LAYERS = 2  # every layer of the tiny models is a MoE layer
+
+
+@pytest.fixture(scope="module")
+def moe() -> dict:
+    done = run_python(SCRIPT, emulated(HF_HUB_OFFLINE="1"), timeout=400, check=True)
+    return result_of(done.stdout)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_unnamed_experts_get_the_fused_entry_on_gaudi(moe, name):
+    assert moe[name]["chosen"] == "hpu_fused_moe"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_greedy_tokens_are_the_cpus(moe, name):
+    assert moe[name]["hpu_tokens"] == moe[name]["cpu_tokens"]
+    assert moe[name]["off_tokens"] == moe[name]["cpu_tokens"]
+    assert len(moe[name]["hpu_tokens"][0]) == 15  # 7 prompt tokens and 8 new ones
+
+
+@pytest.mark.parametrize("name", FITS)
+def test_a_forward_without_gradients_launches_the_kernel_once_per_layer(moe, name):
+    fused, batched = moe[name]["fused"], moe[name]["all_off"][1]
+    assert fused["fused"] == LAYERS
+    assert batched["fused"] == 0
+    assert fused["launches"] < batched["launches"]
+    # the other fast paths on (attention, rotary): this one's switch takes its layers only
+    assert moe[name]["all_on"][1]["fused"] - moe[name]["moe_off"][1]["fused"] == LAYERS
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_wanted_keep_batched_mm(moe, name):
+    assert moe[name]["with_grad"]["fused"] == 0
+
+
+def test_experts_the_kernel_does_not_compute_keep_batched_mm(moe):
+    # GPT-OSS: biases and its own clamped gate
+    assert moe["gpt_oss"]["fused"]["fused"] == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_adamw_losses_are_the_cpus(moe, name):
+    cpu, hpu = moe[name]["cpu_losses"], moe[name]["hpu_losses"]
+    assert hpu == pytest.approx(cpu, rel=1e-4, abs=1e-5)
+    assert cpu[-1] < cpu[0]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_named_implementation_is_kept(moe, name):
+    chosen, counted = moe[name]["named"]
+    assert chosen == "batched_mm" and counted["fused"] == 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("switch", ["moe_off", "all_off"])
+def test_the_fast_path_off_gives_batched_mm(moe, name, switch):
+    assert moe[name][switch][0] == "batched_mm"
+    assert moe[name]["all_off"][1]["fused"] == 0  # no fast path on: no fused kernel at all
+
+
+def test_bfloat16_router_weights_are_cast_for_the_kernel(moe):
+    bf16 = moe["bf16"]
+    assert bf16["kernels"] == LAYERS and bf16["batched_kernels"] == 0
+    assert bf16["rel"] < 2e-2  # the kernel rounds once where batched_mm sums in float32
+    assert bf16["refused"] is not None and "router_weights" in bf16["refused"]
+
+
+def test_the_transposed_layout_is_the_kernels_unpermuted_one(moe):
+    layouts = moe["layouts"]
+    assert layouts["kernels"] == 2
+    assert layouts["plain"] <= 1e-6 * layouts["scale"]
+    assert layouts["transposed"] <= 1e-6 * layouts["scale"]
+    assert layouts["scale"] > 0
+
+
+def test_graphed_decoding_steps_run_the_kernel(moe):
+    graphed = moe["graphed"]
+    assert graphed["tokens"] == moe["mixtral"]["cpu_tokens"]
+    assert graphed["compiled"] >= 7  # the decoding steps after the prefill ran as graphs
+    assert graphed["runs"] == LAYERS * 8  # the prefill and 7 graphed steps, each layer once
+
+
+def test_undoing_the_plugin_takes_the_entry_and_the_choice_back(moe):
+    assert moe["undone"] == {"entry": False, "chosen": "grouped_mm"}
