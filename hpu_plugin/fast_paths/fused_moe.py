@@ -53,19 +53,22 @@ def activation_of(act_fn: Any) -> str | None:
     form (exact or tanh) is not documented, and Transformers has both under several names.
     """
     import torch
-    from transformers.activations import SiLUActivation
 
-    if isinstance(act_fn, SiLUActivation | torch.nn.SiLU):
+    if isinstance(act_fn, (*_HOST["silu"], torch.nn.SiLU)):
         return "silu"
     if isinstance(act_fn, torch.nn.ReLU):
         return "relu"
     return None
 
 
-def _default_gate(experts: Any) -> bool:
-    from transformers.integrations import moe
+#: What the entry compares with, looked up once where it is installed: Transformers' SiLU
+#: class and its default gate (a release without them keeps ``batched_mm``, said once).
+_HOST: dict[str, Any] = {"silu": (), "gate": None}
 
-    return getattr(type(experts), "_apply_gate", None) is moe._default_apply_gate
+
+def _default_gate(experts: Any) -> bool:
+    gate = _HOST["gate"]
+    return gate is not None and getattr(type(experts), "_apply_gate", None) is gate
 
 
 def fits(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any) -> str | None:
@@ -118,6 +121,15 @@ def fused_experts(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weig
     )
 
 
+def _switched_on() -> bool:
+    """The fast path's switches as the settings read them (no hook call inside a trace)."""
+    import os
+
+    from hpu_plugin.fast_paths.decisions import enabled
+
+    return enabled(FAST_PATH, os.environ)
+
+
 def _compiling() -> bool:
     import torch
 
@@ -132,9 +144,9 @@ def make_experts(registry: Registry, fallback: Callable[..., Any]) -> Callable[.
     def hpu_fused_moe_experts_forward(experts: Any, hidden_states: Any, top_k_index: Any,
                                       top_k_weights: Any) -> Any:
         activation = fits(experts, hidden_states, top_k_index, top_k_weights)
-        # asked at each call outside a trace, as the fused attention is, so that turning the
-        # switch off later is obeyed; a traced graph was decided when the model was made
-        if activation is not None and (_compiling() or take(
+        # asked at each call, as the fused attention is, so that turning the switch off is
+        # obeyed; in a trace the answer is read from the settings the graph is made under
+        if activation is not None and (_switched_on() if _compiling() else take(
                 registry, FAST_PATH, {"model": type(experts).__name__})):
             return fused_experts(experts, hidden_states, top_k_index, top_k_weights,
                                  activation)
@@ -153,11 +165,26 @@ def install_entry(registry: Registry, patches: Patches, module: types.ModuleType
     if fallback is None:
         stay_out(HOST, ADAPTER, f"ExpertsInterface._global_mapping[{FALLBACK!r}]")
         return
+    gate = getattr(module, "_default_apply_gate", None)
+    try:
+        from transformers.activations import SiLUActivation
+    except ImportError:
+        gate = None
+    if gate is None:
+        stay_out(HOST, ADAPTER, "integrations.moe._default_apply_gate and "
+                 "activations.SiLUActivation")
+        return
+    _HOST.update(silu=(SiLUActivation,), gate=gate)
     if NAME in mapping:
         return
     mapping[NAME] = make_experts(registry, fallback)
-    patches.on_undo(lambda: mapping.pop(NAME, None),
-                    f"transformers ExpertsInterface[{NAME!r}]")
+
+    def undo() -> None:
+        # models made meanwhile name this entry in their config: it stays, as the plain
+        # batched_mm it falls back to, so that they go on running without the plugin
+        mapping[NAME] = fallback
+
+    patches.on_undo(undo, f"transformers ExpertsInterface[{NAME!r}]")
 
 
 def install_choice(registry: Registry, patches: Patches, module: types.ModuleType) -> None:

@@ -166,9 +166,19 @@ result["graphed"] = {"runs": len(runs), "compiled": counters.snapshot()["compile
                      "tokens": tokens}
 # undoing the plugin takes the entry and the choice back with the adapter's
 from hpu_plugin import hosts
+switches(HPU_PLUGIN_FAST="0", HPU_PLUGIN_FAST_MOE="1")  # the kernels counted are the MoE's
+before = made("mixtral", "hpu").eval()  # made with the plugin: its config names the entry
+with torch.no_grad():
+    expected = before(input_ids=IDS.to("hpu")).logits.cpu()
 hosts.uninstall()
-result["undone"] = {"entry": "hpu_fused_moe" in ALL_EXPERTS_FUNCTIONS,
-                    "chosen": made("mixtral", "cpu").config._experts_implementation}
+counters.reset()
+with torch.no_grad():
+    after = before(input_ids=IDS.to("hpu")).logits.cpu()
+result["undone"] = {"entry": ALL_EXPERTS_FUNCTIONS["hpu_fused_moe"].__name__,
+                    "chosen": made("mixtral", "cpu").config._experts_implementation,
+                    "kept_running": before.config._experts_implementation == "hpu_fused_moe"
+                    and torch.allclose(after, expected, atol=1e-5),
+                    "kernels_after": counters.snapshot()["fused_kernels"]}
 print("RESULT" + json.dumps(result))
 """
 
@@ -258,4 +268,6 @@ def test_graphed_decoding_steps_run_the_kernel(moe):
 
 
 def test_undoing_the_plugin_takes_the_entry_and_the_choice_back(moe):
-    assert moe["undone"] == {"entry": False, "chosen": "grouped_mm"}
+    # a model made meanwhile goes on running: the entry is Transformers' batched_mm again
+    assert moe["undone"] == {"entry": "batched_mm_experts_forward", "chosen": "grouped_mm",
+                             "kept_running": True, "kernels_after": 0}
