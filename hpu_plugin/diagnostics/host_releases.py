@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import sys
 from dataclasses import dataclass
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
@@ -155,6 +156,7 @@ def probe_adapters() -> dict[str, Any]:
         patching.record_out("hpu-plugin", "probe", f"probing the adapters failed: {exc!r}")
     finally:
         logger.setLevel(level)
+        _unbind(printed)
     installed = hosts.installed()
     return {
         "installed": installed,
@@ -167,6 +169,18 @@ def probe_adapters() -> dict[str, Any]:
         "absent": absent,
         "printed_by_hosts": printed.getvalue(),
     }
+
+
+def _unbind(buffer: io.StringIO) -> None:
+    """A logging handler a host made during the probe holds the buffer as its stream
+    (Transformers' default handler takes ``sys.stderr`` when it is made): it writes to the
+    real stderr again, so what is logged after the probe is shown."""
+    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    for each in loggers:
+        for handler in each.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream is buffer:
+                handler.setStream(sys.stderr)
 
 
 def _import(name: str, probed: list[str], absent: list[str]) -> None:

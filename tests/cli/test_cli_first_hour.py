@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from processes import emulated, no_hlsmi_path, run_cli, scrubbed
+from processes import emulated, no_hlsmi_path, run_cli, run_python, scrubbed
 
 
 def no_gaudi() -> dict[str, str]:
@@ -113,3 +113,17 @@ def test_what_host_imports_print_is_not_the_commands_output(command):
     if command == "info":
         report = json.loads(run_cli("info", "--json", env=emulated()).stdout)
         assert "gemm_4bit_forward" in report["support"]["adapters"]["printed_by_hosts"]
+
+
+@pytest.mark.e2e
+def test_what_hosts_log_after_the_probe_is_shown():
+    """Transformers makes its log handler at its first import, which the probe holds: the
+    handler writes to stderr again afterwards."""
+    done = run_python("""
+        import torch
+        from hpu_plugin.diagnostics import host_releases
+        host_releases.probe_adapters()
+        from transformers.utils import logging
+        logging.get_logger("transformers").warning("logged after the probe")
+    """, emulated())
+    assert "logged after the probe" in done.stderr, done.stdout + done.stderr
