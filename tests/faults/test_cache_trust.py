@@ -66,6 +66,17 @@ def test_the_directory_hpu_plugin_cache_dir_names_is_checked_too(tmp_path, sound
     assert "fix:" in err
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_directory_above_the_cache_of_another_user_is_refused(tmp_path, sound_library):
+    """Its owner may rename the cache inside it, write bits or not."""
+    named = tmp_path / "theirs" / "cache"
+    _publish(named, sound_library)
+    os.chown(named.parent, 65534, 65534)
+    out, err = _import_torch(named)
+    assert "STATE failed False" in out
+    assert f"{named.parent} above the cache belongs to" in err
+
+
 def test_a_private_cache_loads(tmp_path, sound_library):
     _publish(tmp_path / "cache", sound_library)
     out, _ = _import_torch(tmp_path / "cache")

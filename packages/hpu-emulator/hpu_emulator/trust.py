@@ -29,9 +29,9 @@ def problem(path: Path, root: Path) -> str | None:
     """What makes ``path`` (under ``root``) untrustworthy, or ``None``.
 
     Entries that do not exist yet pass: this process creates them, in a directory that
-    passed, so nobody else can put them there first. The directories above ``root`` may
-    belong to anyone (``/``, ``/home``), but one that others can write without the sticky
-    bit (``HPU_PLUGIN_CACHE_DIR`` made 777) lets them swap the cache for their own.
+    passed, so nobody else can put them there first. Each directory above ``root`` must
+    belong to this user or root, and be writable by nobody else unless it has the sticky
+    bit (``/tmp``): its owner, or anyone who can write it, could swap the cache for theirs.
     """
     reason = _open_ancestor(root)
     if reason:
@@ -59,7 +59,8 @@ def problem(path: Path, root: Path) -> str | None:
 
 
 def _open_ancestor(root: Path) -> str | None:
-    """A directory above ``root`` in which another user can rename or replace entries."""
+    """A directory above ``root`` in which another user can rename or replace entries
+    (followed to where it really is: a symlinked home is checked where it lives)."""
     uid = os.geteuid()
     above = Path(os.path.realpath(root.parent))
     for directory in (*reversed(above.parents), above):
@@ -67,6 +68,8 @@ def _open_ancestor(root: Path) -> str | None:
             info = os.stat(directory)
         except OSError:
             continue
+        if info.st_uid not in (uid, 0):  # its owner may rename anything inside it
+            return f"{directory} above the cache belongs to {_user(info.st_uid)}"
         if info.st_mode & stat.S_ISVTX:
             continue  # /tmp: others may add entries, not rename or remove this user's
         if info.st_mode & stat.S_IWOTH or (
