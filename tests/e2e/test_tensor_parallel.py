@@ -62,6 +62,8 @@ ids = torch.tensor([[1, 5, 9, 3], [7, 2, 8, 4]], device=model.device)
 # the next backward on torch.accelerator's stream with the hpu stream's event, which torch
 # reads as a torch.Event (docs/scaling-out.md).
 tokens = None if api == "2d" else model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
+weight = model.model.layers[0].self_attn.q_proj.weight
+held = (weight.to_local() if hasattr(weight, "to_local") else weight).numel()
 model.train()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 backward = lambda loss: loss.backward()
@@ -78,7 +80,7 @@ for _ in range(3):
     optimizer.zero_grad()
     losses.append(loss.item())
 print("RESULT " + json.dumps({"rank": os.environ.get("RANK", "single"), "device": str(model.device),
-      "tokens": tokens, "losses": losses}), flush=True)
+      "tokens": tokens, "losses": losses, "held": held}), flush=True)
 """
 
 
@@ -122,6 +124,7 @@ def _torchrun(tmp_path: Path, model_dir: Path, api: str, ranks: int) -> list[dic
 
 def _assert_same(found: list[dict], single: dict) -> None:
     for rank in found:
+        assert rank["held"] * len(found) == single["held"]  # each rank holds its share
         assert rank["device"] == "hpu:0"  # the one device each Gaudi process drives
         if rank["tokens"] is not None:
             assert rank["tokens"] == single["tokens"]
@@ -140,9 +143,12 @@ def test_a_users_own_binding_to_another_index_keeps_the_bridges_error(tmp_path):
     refused by the device guard as on Gaudi."""
     result = run("""
         import torch
+        from transformers.distributed import utils
+        print("bound=" + str(utils._bind_local_device("hpu", 1)))
         try:
             torch.accelerator.set_device_index(1)
         except RuntimeError as exc:
             print("refused=" + str("habana active device: 1 != 0" in str(exc)))
     """, emulated_env(tmp_path, devices=2))
+    assert result.lines()["bound"] == "hpu:0"
     assert result.lines()["refused"] == "True"
