@@ -333,7 +333,8 @@ class Registry:
 def _write_trace(text: str) -> None:
     """pluggy's trace lines go to stderr as they come: a trace is read while the program
     runs, and logging's configuration is the user's."""
-    sys.stderr.write("hpu_plugin trace:" + text if text.strip() else text)
+    sys.stderr.write("".join(f"hpu_plugin trace:{line}" if line.strip() else line
+                             for line in text.splitlines(keepends=True)))
     sys.stderr.flush()
 
 

@@ -116,7 +116,7 @@ def test_trace_prints_each_decision_with_its_answer(site, capsys):
     assert registry.ddp_backend("nccl") == "gloo"
     err = capsys.readouterr().err
     assert "hpu_ddp_backend [hook]" in err
-    assert "requested: nccl" in err
+    assert "hpu_plugin trace:      requested: nccl" in err  # every line says whose it is
     assert "finish hpu_ddp_backend --> gloo" in err
 
 
