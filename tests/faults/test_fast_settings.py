@@ -97,6 +97,7 @@ def test_doctor_lists_a_bad_value_as_an_error_with_its_fix(name):
 USER_PROGRAM = TRAINING_ROWS + r"""
 import json
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+torch.manual_seed(0)
 config = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
 model = LlamaForCausalLM(config)
@@ -106,7 +107,8 @@ losses = Losses()
 Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
         callbacks=[losses]).train()
 model.eval()
-out = model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=3, do_sample=False)
+out = model.generate(torch.tensor([[3, 4, 5]]), max_new_tokens=3, min_new_tokens=3,
+                     do_sample=False)
 print("RESULT " + json.dumps({"device": str(args.device), "losses": len(losses.losses),
                               "tokens": out.shape[-1]}))
 """
