@@ -77,17 +77,25 @@ def _compiling() -> bool:
     return bool(torch.compiler.is_compiling())
 
 
+def _autocast_dtype() -> Any | None:
+    """The dtype autocast runs SDPA in on Gaudi (it is on the bridge's lower-precision list,
+    ``hpu_ops/autocast_helpers.h``), or ``None`` outside autocast."""
+    import torch
+
+    return torch.get_autocast_dtype(DEVICE_TYPE) if _autocast() else None
+
+
 def _fits(query: Any, key: Any, value: Any, attention_mask: Any, dropout: float,
           kwargs: dict[str, Any]) -> bool:
     if query.device.type != DEVICE_TYPE or dropout or _compiling():
         return False
-    # under autocast torch's SDPA runs in the autocast dtype, which the kernel would not
-    if _autocast():
-        return False
-    # the kernel takes one dtype (and a mask of it, or a boolean one)
+    # the kernel takes one dtype (and a mask of it, or a boolean one); under autocast the
+    # floating inputs are first cast to the autocast dtype, as torch's SDPA casts them
     dtypes = {query.dtype, key.dtype, value.dtype}
     if attention_mask is not None and attention_mask.dtype != _bool():
         dtypes.add(attention_mask.dtype)
+    if _autocast():
+        dtypes = {_autocast_dtype()}
     if len(dtypes) != 1:
         return False
     # identity, not ==: T5 passes position_bias as a tensor
@@ -119,6 +127,11 @@ def fused_attention(fused: Any, module: Any, query: Any, key: Any, value: Any,
     """Transformers' ``sdpa_attention_forward`` with ``FusedSDPA`` for torch's SDPA: grouped
     key-value heads and boolean masks (True keeps) go to the kernel as they are, as it takes
     them."""
+    low = _autocast_dtype()
+    if low is not None:  # what autocast does to torch's SDPA: every floating input to ``low``
+        query, key, value = query.to(low), key.to(low), value.to(low)
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.to(low)
     q_length, kv_length = query.shape[2], key.shape[2]
     if attention_mask is not None and attention_mask.ndim == 4:  # 4.5x: a static cache's mask
         attention_mask = attention_mask[:, :, :, :kv_length]

@@ -117,9 +117,10 @@ def _dtypes() -> tuple[Any, ...]:
 
 def _rope_fits(q: Any, k: Any, cos: Any, sin: Any, rest: tuple[Any, ...],
                kwargs: dict[str, Any]) -> bool:
-    """A call the kernel computes as Llama's function: ``hpu``, eager, no autocast, one
-    floating dtype of Gaudi's, ``cos``/``sin`` gathered by position (``[batch, seq, dim]``,
-    the batch 1 or the query's, no gradient wanted) and unsqueezed at dim 1 (the default)."""
+    """A call the kernel computes as Llama's function: ``hpu``, eager, one floating dtype of
+    Gaudi's (under autocast: one for the query and key, one for the tables), ``cos``/``sin``
+    gathered by position (``[batch, seq, dim]``, the batch 1 or the query's, no gradient
+    wanted) and unsqueezed at dim 1 (the default)."""
     import torch
 
     # _compiling() first: dynamo would otherwise trace into the checks and the kernel
@@ -128,10 +129,15 @@ def _rope_fits(q: Any, k: Any, cos: Any, sin: Any, rest: tuple[Any, ...],
         return False
     if kwargs.get("unsqueeze_dim", 1) != 1 or q.device.type != DEVICE_TYPE:
         return False
-    if torch.is_autocast_enabled(DEVICE_TYPE):
-        return False
     tensors = (q, k, cos, sin)
-    if len({t.dtype for t in tensors}) != 1 or q.dtype not in _dtypes():
+    if torch.is_autocast_enabled(DEVICE_TYPE):
+        # autocast leaves the query and key in its dtype and the tables in float32; the
+        # kernel then computes in float32 (the bridge's helper matches the dtypes so), as
+        # the kernel does for optimum-habana's models under autocast
+        if q.dtype != k.dtype or cos.dtype != sin.dtype or not {q.dtype, cos.dtype} <= set(
+                _dtypes()):
+            return False
+    elif len({t.dtype for t in tensors}) != 1 or q.dtype not in _dtypes():
         return False
     if any(t.device != q.device for t in tensors):
         return False
