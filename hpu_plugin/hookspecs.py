@@ -302,7 +302,9 @@ def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     attention, RMSNorm layers and rotary embeddings by the fused kernels),
     ``"fused_moe"`` (a Transformers 5 model's mixture-of-experts layers by the fused MoE
     kernel, asked when the model is made and at each call; ``context`` names the model's
-    or the experts module's class) and ``"inference_graphs"`` (the decoding steps of an
+    or the experts module's class), ``"device_masks"`` (attention masks on ``hpu`` built
+    on the device instead of read on the host to see whether they pad anything; asked at
+    each forward with such a mask) and ``"inference_graphs"`` (the decoding steps of an
     eager model's ``generate()`` run as graphs);
     ``context`` holds plain facts of the case (``"optimizer"``: its class name, ``"model"``:
     the model type, ...). ``True`` takes the fast path, ``False`` keeps the ordinary one,

@@ -14,6 +14,7 @@ results:
   RMSNorm kernels, with :mod:`.fused_rope` (the rotary kernel);
 - :mod:`.fused_moe`: the fused mixture-of-experts kernel, through Transformers' experts
   registry;
+- :mod:`.device_masks`: attention masks decided on the device, without a host wait;
 - :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs.
 
 :mod:`.decisions` also says what each replaces and what turning it off costs.
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # the package is imported with its ``decisions`` plugin: keep
 def install(registry: Registry, patches: Patches) -> None:
     """Register every fast path's post-import hooks (with a device ready)."""
     from hpu_plugin.fast_paths import (
+        device_masks,
         fused_modeling,
         fused_moe,
         fused_training,
@@ -43,3 +45,4 @@ def install(registry: Registry, patches: Patches) -> None:
     fused_training.install(registry, patches)
     fused_modeling.install(registry, patches)
     fused_moe.install(registry, patches)
+    device_masks.install(registry, patches)

@@ -13,7 +13,7 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
-``_GRAPHS``) turns one
+``_MASKS``, ``_GRAPHS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -83,6 +83,12 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "one launch per MoE layer instead of about fifteen, and no copy of each token's "
              "expert weights",
              "torch.ops.hpu:mixture_of_experts"),
+    FastPath("device_masks", "Transformers' check whether an attention mask pads nothing "
+             "(read on the host at every forward with a padding mask)", "the attention mask "
+             "built on the device and given to SDPA in place of is_causal",
+             "no wait for the device at each forward (one or two host synchronisations a "
+             "Trainer step or decoding step)", "torch.nn.functional:scaled_dot_product_attention",
+             switch="MASKS"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
              "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
              "with hpu_backend (eager mode; a greedy token is one graph on Transformers 4.57+),"
