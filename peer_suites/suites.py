@@ -82,6 +82,10 @@ _TRANSFORMERS = HERE / "transformers_testers"
 # and on hpu the result compared with the CPU's.
 _LIBRARY_TESTS = HERE / "library_tests"
 
+# Every causal-LM, masked-LM and seq2seq architecture of Transformers' auto mappings, tiny,
+# against the CPU (peer_suites/model_zoo/). CI runs the families the fast paths touch.
+_MODEL_ZOO = HERE / "model_zoo"
+
 _CHECKOUT_ARGS = [
     "-p", "peer_suites.checkout_tests", "--continue-on-collection-errors",
     "--tb=line",  # tracebacks of offline Hub failures took most of the run
@@ -165,6 +169,15 @@ SUITES: dict[str, Suite] = {
         full=[str(_TRANSFORMERS)],
         hpu_env={"TRANSFORMERS_TEST_DEVICE": "hpu"},
         own_tests=True,
+    ),
+    "model-zoo": Suite(
+        name="model-zoo",
+        distribution="transformers",
+        ci=[str(_MODEL_ZOO)],
+        full=[str(_MODEL_ZOO)],
+        ci_args=["-m", "not full"],
+        own_tests=True,
+        sdist_tests=False,
     ),
     "sentence-transformers": Suite(
         name="sentence-transformers",
