@@ -123,6 +123,12 @@ def _fake_fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: boo
     return _like(A, [*batch, rows, cols], out_dtype)
 
 
+def _fake_softmax_fp8(input: torch.Tensor, dim: int, input_scale: Any = None,
+                      *rest: Any) -> torch.Tensor:
+    """The bridge's ``SoftmaxFp8Meta``: fp8 out when an input scale is given, else bf16."""
+    return _like(input, dtype=torch.bfloat16 if input_scale is None else torch.float8_e4m3fn)
+
+
 def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
               "int[]? scale_shape=None) -> (Tensor, Tensor)")
@@ -143,6 +149,15 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          fp8.fp8_gemm_v2, _fake_fp8_gemm),
         ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
          fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+        ("softmax_fp8(Tensor input, int dim, Tensor? input_scale=None, "
+         "Tensor? output_scale=None, Tensor? inv_attn_heads=None, Tensor? fused_add=None) "
+         "-> Tensor", fp8.softmax_fp8, _fake_softmax_fp8),
+        ("softmax_fp8.Scalar_scales(Tensor input, int dim, float input_scale, "
+         "float output_scale, Tensor? inv_attn_heads=None, Tensor? fused_add=None) -> Tensor",
+         fp8.softmax_fp8_scalar_scales, _fake_softmax_fp8),
+        ("softmax_fp8.Scalar(Tensor input, int dim, float input_scale, float output_scale, "
+         "float inv_attn_heads, Tensor? fused_add=None) -> Tensor",
+         fp8.softmax_fp8_scalar, _fake_softmax_fp8),
     ]
 
 
