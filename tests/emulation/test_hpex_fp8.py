@@ -302,3 +302,62 @@ def test_softmax_fp8_computes_as_the_bridge_test(run, generation, limit):
     assert ("refused: FusedAdd available only for Float8 output, but input scale is not given."
             in out)
     assert "compiled equal True" in out, out
+
+
+CONV = r"""
+import torch
+hpu = lambda t: None if t is None else t.to("hpu")
+torch.manual_seed(0)
+worst = 0.0
+# the bridge's own test (test_conv2d_fp8): fp8-representable values, conv * scales + bias
+for out_dtype in (torch.float, torch.bfloat16):
+    for fp8_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for scaled in (True, False):
+            x = torch.rand((8, 3, 28, 28), dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            w = torch.rand((16, 3, 2, 2), dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            b = torch.rand(16, dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            sa = torch.tensor(1.4).to(out_dtype) if scaled else None
+            sb = torch.tensor(2.3).to(out_dtype) if scaled else None
+            got = torch.ops.hpu.conv2d_fp8(hpu(x).to(fp8_dtype), hpu(w).to(fp8_dtype), hpu(b),
+                                           (1, 1), (0, 0), (1,), 1, out_dtype, hpu(sa), hpu(sb))
+            ref = torch.nn.functional.conv2d(x, w, None, (1, 1), (0, 0), (1,), 1)
+            ref = ref * (sa * sb if scaled else 1) + b.view(1, -1, 1, 1)
+            rtol = 0.02 if out_dtype == torch.bfloat16 and scaled else 1e-2
+            assert got.dtype == out_dtype and got.device.type == "hpu"
+            torch.testing.assert_close(got.cpu(), ref, atol=1e-2, rtol=rtol)
+            worst = max(worst, (got.cpu().float() - ref.float()).abs().max().item())
+print("conv cases within the bridge's tolerance", worst)
+x8 = torch.rand(4, 3, 12, 12).to(torch.float8_e4m3fn)
+w8 = torch.rand(16, 3, 2, 2).to(torch.float8_e4m3fn)
+got = torch.ops.hpu.conv2d_fp8.scalar(hpu(x8), hpu(w8), None, (1,), (0, 0), (1, 1), 1,
+                                      torch.float, 16, 0.23)
+ref = torch.nn.functional.conv2d(x8.float(), w8.float()) * (16 * 0.23)
+print("scalar form", torch.allclose(got.cpu(), ref, atol=1e-2, rtol=0.02))
+print("default dtype", torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8)).dtype)
+conv = lambda a, b: torch.ops.hpu.conv2d_fp8(a, b, None, [2, 2], [1, 1], [1, 1], 1, torch.float)
+got = torch.compile(conv, backend="hpu_backend")(hpu(x8), hpu(w8)).cpu()
+want = torch.nn.functional.conv2d(x8.float(), w8.float(), None, 2, 1)
+print("compiled equal", torch.equal(got, want))
+for bad in (lambda: torch.ops.hpu.conv2d_fp8(hpu(x8[0]), hpu(w8)),
+            lambda: torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8), hpu(torch.ones(3))),
+            lambda: torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8), scale_input=hpu(torch.ones(2)))):
+    try:
+        bad()
+        print("accepted")
+    except RuntimeError as exc:
+        print("refused:", str(exc).splitlines()[0])
+"""
+
+
+def test_conv2d_fp8_computes_as_the_bridge_test(run):
+    """``hpu::conv2d_fp8`` (Neural Compressor's patched ``Conv2d``): the bridge's op test
+    ``test_conv2d_fp8`` as reference and tolerance, bf16 out by default, its checks' messages."""
+    out = run(CONV, {"HPU_PLUGIN_EMULATE": "gaudi2"}).stdout
+    assert "conv cases within the bridge's tolerance" in out, out
+    assert "scalar form True" in out, out
+    assert "default dtype torch.bfloat16" in out, out
+    assert "compiled equal True" in out, out
+    assert out.count("refused:") == 3, out
+    assert "refused: Input and weight must be 4D tensors" in out
+    assert "refused: Bias must be 1D tensor with size equal to weight dim0" in out
+    assert "refused: Multi-element scale tensors are not supported yet." in out

@@ -2,23 +2,24 @@
 
 Neural Compressor (``neural_compressor.torch.algorithms.fp8_quant``) is how Gaudi users run a
 model in fp8: ``prepare`` with ``FP8Config(mode="MEASURE")`` patches the model's modules to
-record input and weight maxima, ``finalize_calibration`` writes them to ``dump_stats_path``,
-and ``convert`` with ``mode="QUANTIZE"`` on a fresh model reads them back, quantizes the
-weights to ``float8_e4m3fn`` and replaces the modules by fp8 ones that call the bridge's
-``cast_to_fp8_v2``, ``fp8_gemm_v2``, ``softmax_fp8`` and ``cast_from_fp8`` (their scalar-scale
-forms: its default scale format). The script runs that flow on a tiny ``LlamaForCausalLM`` in bf16,
-built from a config and taught a next-token rule in a few CPU steps (a randomly initialised
-model's logits are nearly flat, so any rounding flips its greedy tokens), and on an attention
-block written with ``Matmul`` and ``Softmax`` modules as optimum-habana writes its models.
+record input and weight maxima, ``finalize_calibration`` writes them to ``dump_stats_path``, and
+``convert`` with ``mode="QUANTIZE"`` on a fresh model reads them back, quantizes the weights to
+``float8_e4m3fn`` and replaces the modules by fp8 ones that call the bridge's
+``cast_to_fp8_v2``, ``fp8_gemm_v2``, ``softmax_fp8``, ``conv2d_fp8`` and ``cast_from_fp8``
+(their scalar-scale forms: its default scale format). The script runs that flow on a tiny
+``LlamaForCausalLM`` in bf16, built from a config and taught a next-token rule in a few CPU
+steps (a randomly initialised model's logits are nearly flat, so any rounding flips its greedy
+tokens), and on an attention block written with ``Matmul`` and ``Softmax`` modules as
+optimum-habana writes its models, and on two ``nn.Conv2d``.
 
 Checked: the measurement files are written, hold what the model computed, and are what
 ``convert`` reads (none there: it refuses; one module's maximum changed: that module's scale
 alone changes); every ``nn.Linear`` becomes Neural Compressor's ``PatchedLinear`` with fp8
-weights; one patched linear, matmul and softmax each equal torch's float8 dtypes on the CPU
-with the scales Neural Compressor chose (E4M3 saturating at 240 on Gaudi2, 448 on Gaudi3);
+weights; one patched linear, matmul, softmax and conv each equal torch's float8 dtypes on the
+CPU with the scales Neural Compressor chose (E4M3 saturating at 240 on Gaudi2, 448 on Gaudi3);
 greedy tokens of the fp8 model agree with the bf16 model's for at least 95% of tokens, and its
 logits stay within 5% of their largest magnitude (E4M3 keeps 3 mantissa bits), and the fp8
-attention block's output within 10% of the bf16 one's.
+attention block's and convolutions' outputs within 10% of the bf16 ones.
 """
 
 from __future__ import annotations
@@ -236,6 +237,33 @@ sm_ref = (fp8(torch.softmax(scores.float(), -1), float(sm.scale_output))
 result["attention_module_errs"] = [(out.float() - mm_ref.float()).abs().max().item(),
                                    (probs.float() - sm_ref.float()).abs().max().item()]
 result["attention_rel_err"] = ((got - want).abs().max() / want.abs().max()).item()
+
+# convolutions: Neural Compressor's patched Conv2d calls the bridge's conv2d_fp8
+def convs():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(8, 4, 3, stride=2)).to(torch.bfloat16).eval().to("hpu")
+
+images = [torch.randn(2, 3, 12, 12, generator=gen).to(torch.bfloat16) for _ in range(3)]
+dump = os.path.join(work, "conv", "measure")
+measured = prepare(convs(), FP8Config(mode="MEASURE", dump_stats_path=dump))
+with torch.no_grad():
+    for x in images:
+        measured(x.to("hpu"))
+finalize_calibration(measured)
+quant = convert(convs(), FP8Config(mode="QUANTIZE", dump_stats_path=dump))
+result["conv_patched"] = [type(m).__name__ for m in quant]
+first = quant[0]
+with torch.no_grad():
+    got = quant(images[0].to("hpu")).float().cpu()
+    want = convs()(images[0].to("hpu")).float().cpu()
+    out = first(images[0].to("hpu")).float().cpu()
+s_in, s_w = float(first.scale_input), float(first.scale_weight)
+conv_ref = torch.nn.functional.conv2d(
+    fp8(images[0], 1 / s_in), first.weight.cpu().float(), None, 1, 1) * (s_in * s_w)
+conv_ref = (conv_ref + first.bias.cpu().float().view(1, -1, 1, 1)).to(torch.bfloat16)
+result["conv_module_err"] = (out - conv_ref.float()).abs().max().item()
+result["conv_rel_err"] = ((got - want).abs().max() / want.abs().max()).item()
 print("RESULT" + json.dumps(result))
 """
 
@@ -280,6 +308,9 @@ def test_linears_become_fp8_modules_computing_as_torch_float8(flow):
                                       "matmul_av": "PatchedMatmul"}
     assert r["attention_module_errs"] == [0.0, 0.0]
     assert 0.0 < r["attention_rel_err"] <= 0.1
+    assert r["conv_patched"] == ["PatchedConv2d", "ReLU", "PatchedConv2d"]
+    assert r["conv_module_err"] == 0.0
+    assert 0.0 < r["conv_rel_err"] <= 0.1
 
 
 def test_fp8_greedy_tokens_agree_with_bf16(flow):

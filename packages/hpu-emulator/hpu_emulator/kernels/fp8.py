@@ -1,7 +1,7 @@
 """The bridge's float8 ops: ``hpu::cast_to_fp8_v2``, ``cast_from_fp8`` and ``fp8_gemm_v2``
 (tensor and ``.scalar`` scale forms), which DeepSpeed's HPU fp quantizer, optimum-habana,
 Intel Neural Compressor's fp8 modules and the Transformer Engine stand-in call, and
-``softmax_fp8`` (Neural Compressor's patched ``Softmax``).
+``softmax_fp8`` and ``conv2d_fp8`` (Neural Compressor's patched ``Softmax`` and ``Conv2d``).
 
 Semantics, from the bridge's schemas and its own op tests (``test_hpu_fp8_ops_any_mode.py``):
 ``cast_to_fp8_v2`` multiplies by ``scale``, saturates to the format's range and rounds to
@@ -20,6 +20,12 @@ factor only when given; with scales the result is multiplied by ``output_scale``
 into ``float8_e4m3fn``, without them it is bfloat16. The input is bfloat16, or
 ``float8_e4m3fn`` with an input scale; the two scales come together or not at all, and
 ``fused_add`` (bfloat16) needs them. Computed in float32, rounded once.
+
+``conv2d_fp8`` (the bridge's ``Conv2dFp8`` backend and its op test ``test_conv2d_fp8``):
+``conv2d(input, weight) * scale_input * scale_weight + bias`` in float32, rounded once to
+``out_dtype`` (bfloat16 when not given); 4-D input and weight, a 1-D bias of one value per
+output channel, and single-element scales only (the bridge's "Multi-element scale tensors are
+not supported yet.").
 
 ``stochastic_rounding=True`` rounds each value to one of its two float8 neighbours with the
 probabilities that make the rounding unbiased, drawn from the HPU generator (the bridge's
@@ -259,3 +265,44 @@ def softmax_fp8_scalar(input: torch.Tensor, dim: int, input_scale: float, output
                        inv_attn_heads: float, fused_add: torch.Tensor | None = None
                        ) -> torch.Tensor:
     return softmax_fp8(input, dim, input_scale, output_scale, inv_attn_heads, fused_add)
+
+
+def spatial_pair(value: Sequence[int] | int, name: str) -> list[int]:
+    """The bridge's ``expand_param_if_needed``: one value stands for both spatial dims."""
+    values = [value] if isinstance(value, int) else list(value)
+    expect(len(values) in (1, 2), f"conv2d_fp8: {name} must have 1 or 2 values, got {values}")
+    return values * 2 if len(values) == 1 else values
+
+
+def conv2d_fp8(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               stride: Sequence[int] | int = 1, padding: Sequence[int] | int = 0,
+               dilation: Sequence[int] | int = 1, groups: int = 1,
+               out_dtype: torch.dtype | None = None,
+               scale_input: torch.Tensor | float | None = None,
+               scale_weight: torch.Tensor | float | None = None) -> torch.Tensor:
+    _generation_checked("conv2d_fp8")
+    expect(input.dim() == 4 and weight.dim() == 4, "Input and weight must be 4D tensors")
+    if bias is not None:
+        expect(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+               "Bias must be 1D tensor with size equal to weight dim0")
+    out = torch.nn.functional.conv2d(
+        input.float(), weight.float(), None, spatial_pair(stride, "stride"),
+        spatial_pair(padding, "padding"), spatial_pair(dilation, "dilation"), groups)
+    for scale in (scale_input, scale_weight):
+        if isinstance(scale, torch.Tensor):
+            expect(scale.numel() == 1, "Multi-element scale tensors are not supported yet.")
+            out = out * scale.float().reshape(())
+        elif scale is not None:
+            out = out * scale
+    if bias is not None:
+        out = out + bias.float().view(1, -1, 1, 1)
+    return out.to(out_dtype or torch.bfloat16)
+
+
+def conv2d_fp8_scalar(input: torch.Tensor, weight: torch.Tensor,
+                      bias: torch.Tensor | None = None, stride: Sequence[int] | int = 1,
+                      padding: Sequence[int] | int = 0, dilation: Sequence[int] | int = 1,
+                      groups: int = 1, out_dtype: torch.dtype | None = None,
+                      scale_input: float = 1.0, scale_weight: float = 1.0) -> torch.Tensor:
+    return conv2d_fp8(input, weight, bias, stride, padding, dilation, groups, out_dtype,
+                      scale_input, scale_weight)
