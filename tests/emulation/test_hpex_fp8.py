@@ -153,6 +153,10 @@ try:
                                  torch.float8_e4m3fn)
 except RuntimeError as exc:
     print("cast refused:", str(exc).splitlines()[0])
+try:
+    torch.ops.hpu.softmax_fp8(torch.ones(2, 3, device="hpu", dtype=torch.bfloat16), -1)
+except RuntimeError as exc:
+    print("softmax refused:", str(exc).splitlines()[0])
 """
 
 
@@ -187,6 +191,7 @@ def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_me
     assert "autocast refused: FP8 not supported on Gaudi, Gaudi2 or higher required" in out
     assert "disabled autocast runs (2, 4)" in out
     assert "cast refused: cast_to_fp8_v2: fp8 is not supported on GAUDI" in out
+    assert "softmax refused: softmax_fp8: fp8 is not supported on GAUDI" in out
 
 
 SCALED_MM = r"""
@@ -230,3 +235,129 @@ def test_scaled_mm_computes_as_the_bridge(run, generation, limit, mixed):
     assert "bf16 out True" in out, out
     assert f"saturates at {limit} nan False" in out, out
     assert mixed in out, out
+
+
+SOFTMAX = r"""
+import itertools
+import torch
+hpu = lambda t: None if t is None else t.to("hpu")
+torch.manual_seed(0)
+x = torch.rand(5, 4, 4, 6, dtype=torch.bfloat16) * 4.0
+worst = 0.0
+cases = itertools.product((torch.bfloat16, torch.float8_e4m3fn), (None, torch.tensor(0.1)),
+                          (None, (5, 4, 4, 6), (5, 1, 1, 6)))
+for dtype, heads, add_shape in cases:
+    add = None if add_shape is None else torch.rand(add_shape, dtype=torch.bfloat16)
+    xin = x.to(dtype)
+    got = torch.ops.hpu.softmax_fp8(hpu(xin), -1, hpu(torch.tensor(0.05)),
+                                    hpu(torch.tensor(2.5)), hpu(heads), hpu(add))
+    # the bridge's own reference (test_softmax_fp8)
+    ref = xin.float() * (1.0 if heads is None else heads) * 0.05
+    ref = ref if add is None else ref + add
+    ref = (torch.softmax(ref, -1).to(torch.bfloat16) * 2.5).to(torch.float8_e4m3fn)
+    assert got.dtype == torch.float8_e4m3fn and got.device.type == "hpu"
+    torch.testing.assert_close(got.cpu().float(), ref.float(), atol=1e-2, rtol=0.1251)
+    worst = max(worst, (got.cpu().float() - ref.float()).abs().max().item())
+print("fp8 cases within the bridge's tolerance", worst)
+plain = torch.ops.hpu.softmax_fp8(hpu(x), -1)
+print("unscaled", plain.dtype, torch.allclose(plain.cpu().float(), torch.softmax(x.float(), -1),
+                                              atol=4e-3))
+scalar = torch.ops.hpu.softmax_fp8.Scalar_scales(hpu(x), -1, 0.05, 2.5)
+heads = torch.ops.hpu.softmax_fp8.Scalar(hpu(x), -1, 0.05, 2.5, 0.1)
+tensor_heads = torch.ops.hpu.softmax_fp8(hpu(x), -1, hpu(torch.tensor(0.05)),
+                                         hpu(torch.tensor(2.5)), hpu(torch.tensor(0.1)))
+print("scalar forms", scalar.dtype, torch.equal(heads.cpu().float(), tensor_heads.cpu().float()))
+big = torch.ops.hpu.softmax_fp8.Scalar_scales(hpu(x), -1, 1.0, 1000.0)
+print("saturates at", big.float().max().item())
+for bad in (lambda: torch.ops.hpu.softmax_fp8(hpu(x), -1, hpu(torch.tensor(1.0))),
+            lambda: torch.ops.hpu.softmax_fp8(hpu(x.float()), -1),
+            lambda: torch.ops.hpu.softmax_fp8(hpu(x.to(torch.float8_e4m3fn)), -1),
+            lambda: torch.ops.hpu.softmax_fp8(hpu(x), -1, fused_add=hpu(x))):
+    try:
+        bad()
+        print("accepted")
+    except RuntimeError as exc:
+        print("refused:", str(exc).splitlines()[0])
+compiled = torch.compile(lambda t: torch.ops.hpu.softmax_fp8.Scalar_scales(t, -1, 0.05, 2.5),
+                         backend="hpu_backend")
+print("compiled equal", torch.equal(compiled(hpu(x)).cpu().float(), scalar.cpu().float()))
+"""
+
+
+@pytest.mark.parametrize("generation, limit", [("gaudi2", "240.0"), ("gaudi3", "448.0")])
+def test_softmax_fp8_computes_as_the_bridge_test(run, generation, limit):
+    """``hpu::softmax_fp8`` (Neural Compressor's patched ``Softmax``): the bridge's op test
+    ``test_softmax_fp8`` as reference and tolerance, bf16 out without scales, its checks'
+    messages, and E4M3 saturation at the generation's limit."""
+    out = run(SOFTMAX, {"HPU_PLUGIN_EMULATE": generation}).stdout
+    assert "fp8 cases within the bridge's tolerance" in out, out
+    assert "unscaled torch.bfloat16 True" in out, out
+    assert "scalar forms torch.float8_e4m3fn True" in out, out
+    assert f"saturates at {limit}" in out, out
+    assert out.count("refused:") == 4, out
+    assert "refused: Output and input scales must be both given or None" in out
+    assert "refused: Input tensor must be of torch.bfloat16 or torch.float8_e4m3fn dtype." in out
+    assert ("refused: If Input is of torch.float8_e4m3fn dtype then input scale must be given."
+            in out)
+    assert ("refused: FusedAdd available only for Float8 output, but input scale is not given."
+            in out)
+    assert "compiled equal True" in out, out
+
+
+CONV = r"""
+import torch
+hpu = lambda t: None if t is None else t.to("hpu")
+torch.manual_seed(0)
+worst = 0.0
+# the bridge's own test (test_conv2d_fp8): fp8-representable values, conv * scales + bias
+for out_dtype in (torch.float, torch.bfloat16):
+    for fp8_dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for scaled in (True, False):
+            x = torch.rand((8, 3, 28, 28), dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            w = torch.rand((16, 3, 2, 2), dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            b = torch.rand(16, dtype=out_dtype).to(fp8_dtype).to(out_dtype)
+            sa = torch.tensor(1.4).to(out_dtype) if scaled else None
+            sb = torch.tensor(2.3).to(out_dtype) if scaled else None
+            got = torch.ops.hpu.conv2d_fp8(hpu(x).to(fp8_dtype), hpu(w).to(fp8_dtype), hpu(b),
+                                           (1, 1), (0, 0), (1,), 1, out_dtype, hpu(sa), hpu(sb))
+            ref = torch.nn.functional.conv2d(x, w, None, (1, 1), (0, 0), (1,), 1)
+            ref = ref * (sa * sb if scaled else 1) + b.view(1, -1, 1, 1)
+            rtol = 0.02 if out_dtype == torch.bfloat16 and scaled else 1e-2
+            assert got.dtype == out_dtype and got.device.type == "hpu"
+            torch.testing.assert_close(got.cpu(), ref, atol=1e-2, rtol=rtol)
+            worst = max(worst, (got.cpu().float() - ref.float()).abs().max().item())
+print("conv cases within the bridge's tolerance", worst)
+x8 = torch.rand(4, 3, 12, 12).to(torch.float8_e4m3fn)
+w8 = torch.rand(16, 3, 2, 2).to(torch.float8_e4m3fn)
+got = torch.ops.hpu.conv2d_fp8.scalar(hpu(x8), hpu(w8), None, (1,), (0, 0), (1, 1), 1,
+                                      torch.float, 16, 0.23)
+ref = torch.nn.functional.conv2d(x8.float(), w8.float()) * (16 * 0.23)
+print("scalar form", torch.allclose(got.cpu(), ref, atol=1e-2, rtol=0.02))
+print("default dtype", torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8)).dtype)
+conv = lambda a, b: torch.ops.hpu.conv2d_fp8(a, b, None, [2, 2], [1, 1], [1, 1], 1, torch.float)
+got = torch.compile(conv, backend="hpu_backend")(hpu(x8), hpu(w8)).cpu()
+want = torch.nn.functional.conv2d(x8.float(), w8.float(), None, 2, 1)
+print("compiled equal", torch.equal(got, want))
+for bad in (lambda: torch.ops.hpu.conv2d_fp8(hpu(x8[0]), hpu(w8)),
+            lambda: torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8), hpu(torch.ones(3))),
+            lambda: torch.ops.hpu.conv2d_fp8(hpu(x8), hpu(w8), scale_input=hpu(torch.ones(2)))):
+    try:
+        bad()
+        print("accepted")
+    except RuntimeError as exc:
+        print("refused:", str(exc).splitlines()[0])
+"""
+
+
+def test_conv2d_fp8_computes_as_the_bridge_test(run):
+    """``hpu::conv2d_fp8`` (Neural Compressor's patched ``Conv2d``): the bridge's op test
+    ``test_conv2d_fp8`` as reference and tolerance, bf16 out by default, its checks' messages."""
+    out = run(CONV, {"HPU_PLUGIN_EMULATE": "gaudi2"}).stdout
+    assert "conv cases within the bridge's tolerance" in out, out
+    assert "scalar form True" in out, out
+    assert "default dtype torch.bfloat16" in out, out
+    assert "compiled equal True" in out, out
+    assert out.count("refused:") == 3, out
+    assert "refused: Input and weight must be 4D tensors" in out
+    assert "refused: Bias must be 1D tensor with size equal to weight dim0" in out
+    assert "refused: Multi-element scale tensors are not supported yet." in out

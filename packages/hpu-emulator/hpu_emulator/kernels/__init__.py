@@ -123,12 +123,34 @@ def _fake_fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: boo
     return _like(A, [*batch, rows, cols], out_dtype)
 
 
+def _fake_softmax_fp8(input: torch.Tensor, dim: int, input_scale: Any = None,
+                      *rest: Any) -> torch.Tensor:
+    """The bridge's ``SoftmaxFp8Meta``: fp8 out when an input scale is given, else bf16."""
+    return _like(input, dtype=torch.bfloat16 if input_scale is None else torch.float8_e4m3fn)
+
+
+def _fake_conv2d_fp8(input: torch.Tensor, weight: torch.Tensor, bias: Any = None,
+                     stride: Any = 1, padding: Any = 0, dilation: Any = 1, groups: int = 1,
+                     out_dtype: torch.dtype | None = None, *rest: Any) -> torch.Tensor:
+    """The output size of ``torch.nn.functional.conv2d``, in ``out_dtype`` (bf16 default)."""
+    pair = fp8.spatial_pair
+    size = [input.shape[0], weight.shape[0]]
+    for i in range(2):
+        span = pair(dilation, "dilation")[i] * (weight.shape[2 + i] - 1) + 1
+        size.append((input.shape[2 + i] + 2 * pair(padding, "padding")[i] - span)
+                    // pair(stride, "stride")[i] + 1)
+    return input.new_empty(size, dtype=out_dtype or torch.bfloat16)
+
+
 def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
               "int[]? scale_shape=None) -> (Tensor, Tensor)")
     gemm = ("(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor? D, ScalarType out_dtype, "
             "{scales}, Tensor? bias=None, bool accumulate=False, int[]? B_scale_shape=None) "
             "-> Tensor")
+    conv = ("(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, "
+            "SymInt[2] padding=0, SymInt[2] dilation=1, int groups=1, "
+            "ScalarType? out_dtype=None, ")
     return [
         (f"cast_to_fp8_v2(Tensor input, Tensor? scale=None, {to_fp8}", fp8.cast_to_fp8_v2,
          _fake_cast_to_fp8),
@@ -143,6 +165,19 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          fp8.fp8_gemm_v2, _fake_fp8_gemm),
         ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
          fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+        ("softmax_fp8(Tensor input, int dim, Tensor? input_scale=None, "
+         "Tensor? output_scale=None, Tensor? inv_attn_heads=None, Tensor? fused_add=None) "
+         "-> Tensor", fp8.softmax_fp8, _fake_softmax_fp8),
+        ("softmax_fp8.Scalar_scales(Tensor input, int dim, float input_scale, "
+         "float output_scale, Tensor? inv_attn_heads=None, Tensor? fused_add=None) -> Tensor",
+         fp8.softmax_fp8_scalar_scales, _fake_softmax_fp8),
+        ("softmax_fp8.Scalar(Tensor input, int dim, float input_scale, float output_scale, "
+         "float inv_attn_heads, Tensor? fused_add=None) -> Tensor",
+         fp8.softmax_fp8_scalar, _fake_softmax_fp8),
+        (f"conv2d_fp8{conv}Tensor? scale_input=None, Tensor? scale_weight=None) -> Tensor",
+         fp8.conv2d_fp8, _fake_conv2d_fp8),
+        (f"conv2d_fp8.scalar{conv}float scale_input=1.0, float scale_weight=1.0) -> Tensor",
+         fp8.conv2d_fp8_scalar, _fake_conv2d_fp8),
     ]
 
 

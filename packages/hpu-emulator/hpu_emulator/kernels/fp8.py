@@ -1,6 +1,7 @@
 """The bridge's float8 ops: ``hpu::cast_to_fp8_v2``, ``cast_from_fp8`` and ``fp8_gemm_v2``
-(tensor and ``.scalar`` scale forms), which DeepSpeed's HPU fp quantizer, optimum-habana and
-the Transformer Engine stand-in call.
+(tensor and ``.scalar`` scale forms), which DeepSpeed's HPU fp quantizer, optimum-habana,
+Intel Neural Compressor's fp8 modules and the Transformer Engine stand-in call, and
+``softmax_fp8`` and ``conv2d_fp8`` (Neural Compressor's patched ``Softmax`` and ``Conv2d``).
 
 Semantics, from the bridge's schemas and its own op tests (``test_hpu_fp8_ops_any_mode.py``):
 ``cast_to_fp8_v2`` multiplies by ``scale``, saturates to the format's range and rounds to
@@ -12,6 +13,19 @@ passed through when the dtypes agree and refused otherwise, with the bridge's me
 computes ``op(A) * a_scale_inv @ op(B) * b_scale_inv (+ bias) (+ D when accumulate)`` in
 float32 and rounds once to ``out_dtype``. fp8 needs Gaudi2 or later: on first-generation
 Gaudi every one of these ops refuses.
+
+``softmax_fp8`` (schemas and checks of the bridge's ``SoftmaxFp8`` backend, values of its op
+test ``test_softmax_fp8``): ``softmax(x * inv_attn_heads * input_scale + fused_add, dim)``, each
+factor only when given; with scales the result is multiplied by ``output_scale`` and saturated
+into ``float8_e4m3fn``, without them it is bfloat16. The input is bfloat16, or
+``float8_e4m3fn`` with an input scale; the two scales come together or not at all, and
+``fused_add`` (bfloat16) needs them. Computed in float32, rounded once.
+
+``conv2d_fp8`` (the bridge's ``Conv2dFp8`` backend and its op test ``test_conv2d_fp8``):
+``conv2d(input, weight) * scale_input * scale_weight + bias`` in float32, rounded once to
+``out_dtype`` (bfloat16 when not given); 4-D input and weight, a 1-D bias of one value per
+output channel, and single-element scales only (the bridge's "Multi-element scale tensors are
+not supported yet.").
 
 ``stochastic_rounding=True`` rounds each value to one of its two float8 neighbours with the
 probabilities that make the rounding unbiased, drawn from the HPU generator (the bridge's
@@ -191,3 +205,104 @@ def scaled_mm(self: torch.Tensor, mat2: torch.Tensor, scale_a: torch.Tensor,
         bound = limit(dtype)
         out = out.clamp(-bound, bound)
     return out.to(dtype)
+
+
+def _scale_factor(op: str, name: str, value: torch.Tensor | float | None
+                  ) -> torch.Tensor | float | None:
+    if isinstance(value, torch.Tensor):
+        expect(value.dtype == torch.float32, f"Input {name} must be of dtype: Float "
+               f"({op}: got {value.dtype})")
+        return value.float()
+    return value
+
+
+def softmax_fp8(input: torch.Tensor, dim: int, input_scale: torch.Tensor | float | None = None,
+                output_scale: torch.Tensor | float | None = None,
+                inv_attn_heads: torch.Tensor | float | None = None,
+                fused_add: torch.Tensor | None = None) -> torch.Tensor:
+    e4m3_max = _generation_checked("softmax_fp8")
+    expect(input.dtype in (torch.bfloat16, torch.float8_e4m3fn),
+           "Input tensor must be of torch.bfloat16 or torch.float8_e4m3fn dtype.")
+    scaled = input_scale is not None
+    expect(scaled == (output_scale is not None),
+           "Output and input scales must be both given or None")
+    expect(input.dtype != torch.float8_e4m3fn or scaled,
+           "If Input is of torch.float8_e4m3fn dtype then input scale must be given.")
+    rank = input.dim()
+    if fused_add is not None:
+        expect(scaled, "FusedAdd available only for Float8 output, but input scale is not "
+               "given.")
+        expect(fused_add.dim() == rank,
+               "FusedAdd tensor must have the same rank as the input tensor")
+        expect(fused_add.shape[0] == input.shape[0] and fused_add.shape[-1] == input.shape[-1],
+               "FusedAdd tensor must have the same first and last dim as the input tensor")
+        expect(all(fused_add.shape[i] in (1, input.shape[i]) for i in range(1, rank - 1)),
+               "FusedAdd tensor's dim other than first and last should be equal to 1 or the "
+               "same as the input tensor")
+        expect(fused_add.dtype == torch.bfloat16,
+               "Input fused_add must be of dtype: BFloat16")
+    value = input.float()
+    for factor in (inv_attn_heads, input_scale):
+        factor = _scale_factor("softmax_fp8", "scale", factor)
+        if factor is not None:
+            value = value * factor
+    if fused_add is not None:
+        value = value + fused_add.float()
+    probs = torch.softmax(value, dim)
+    if not scaled:
+        return probs.to(torch.bfloat16)
+    out_factor = _scale_factor("softmax_fp8", "scale", output_scale)
+    return (probs * out_factor).clamp(-e4m3_max, e4m3_max).to(torch.float8_e4m3fn)
+
+
+def softmax_fp8_scalar_scales(input: torch.Tensor, dim: int, input_scale: float,
+                              output_scale: float, inv_attn_heads: torch.Tensor | None = None,
+                              fused_add: torch.Tensor | None = None) -> torch.Tensor:
+    return softmax_fp8(input, dim, input_scale, output_scale, inv_attn_heads, fused_add)
+
+
+def softmax_fp8_scalar(input: torch.Tensor, dim: int, input_scale: float, output_scale: float,
+                       inv_attn_heads: float, fused_add: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    return softmax_fp8(input, dim, input_scale, output_scale, inv_attn_heads, fused_add)
+
+
+def spatial_pair(value: Sequence[int] | int, name: str) -> list[int]:
+    """The bridge's ``expand_param_if_needed``: one value stands for both spatial dims."""
+    values = [value] if isinstance(value, int) else list(value)
+    expect(len(values) in (1, 2), f"conv2d_fp8: {name} must have 1 or 2 values, got {values}")
+    return values * 2 if len(values) == 1 else values
+
+
+def conv2d_fp8(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+               stride: Sequence[int] | int = 1, padding: Sequence[int] | int = 0,
+               dilation: Sequence[int] | int = 1, groups: int = 1,
+               out_dtype: torch.dtype | None = None,
+               scale_input: torch.Tensor | float | None = None,
+               scale_weight: torch.Tensor | float | None = None) -> torch.Tensor:
+    _generation_checked("conv2d_fp8")
+    expect(input.dim() == 4 and weight.dim() == 4, "Input and weight must be 4D tensors")
+    if bias is not None:
+        expect(bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+               "Bias must be 1D tensor with size equal to weight dim0")
+    out = torch.nn.functional.conv2d(
+        input.float(), weight.float(), None, spatial_pair(stride, "stride"),
+        spatial_pair(padding, "padding"), spatial_pair(dilation, "dilation"), groups)
+    for scale in (scale_input, scale_weight):
+        if isinstance(scale, torch.Tensor):
+            expect(scale.numel() == 1, "Multi-element scale tensors are not supported yet.")
+            out = out * scale.float().reshape(())
+        elif scale is not None:
+            out = out * scale
+    if bias is not None:
+        out = out + bias.float().view(1, -1, 1, 1)
+    return out.to(out_dtype or torch.bfloat16)
+
+
+def conv2d_fp8_scalar(input: torch.Tensor, weight: torch.Tensor,
+                      bias: torch.Tensor | None = None, stride: Sequence[int] | int = 1,
+                      padding: Sequence[int] | int = 0, dilation: Sequence[int] | int = 1,
+                      groups: int = 1, out_dtype: torch.dtype | None = None,
+                      scale_input: float = 1.0, scale_weight: float = 1.0) -> torch.Tensor:
+    return conv2d_fp8(input, weight, bias, stride, padding, dilation, groups, out_dtype,
+                      scale_input, scale_weight)
