@@ -2,7 +2,8 @@
 
 Transformers' sdist carries no model testers, so each architecture's tiny config is made
 here the same way for all: the class's defaults, with every size field it has shrunk (two
-layers, width 32, four heads, a vocabulary of 99, four experts...) and dropout off, passed
+layers, width 32, four heads, a vocabulary of 99, four experts...) and dropout, layer drop
+and router jitter off, passed
 to the constructor so that fields derived from them (``layer_types``, ``head_dim``) follow.
 Hybrid models whose first layers are all linear attention or state-space layers are given
 more layers until one attention layer is among them. What still cannot be built from such
@@ -41,6 +42,9 @@ LAYERS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decod
 LAYER_COUNTS = (2, 4, 8)
 #: A model above this many parameters kept a size field this module does not know.
 MAX_PARAMETERS = 16_000_000
+#: Parts of the names of fields that make training draw random numbers (dropout, layer drop,
+#: router jitter): set to 0, so that two copies of a model train alike.
+RANDOM_IN_TRAINING = ("dropout", "_pdrop", "layerdrop", "jitter")
 #: Batch and sequence length of the inputs.
 BATCH, LENGTH = 2, 7
 
@@ -69,7 +73,7 @@ def tiny_config(model_class: type, kind: str, layers: int = 2) -> Any:
             config, "decoder_start_token_id", None) is None:
         config.decoder_start_token_id = 0  # as T5's checkpoints set it; its class has none
     for name, value in list(vars(config).items()):
-        if isinstance(value, float) and ("dropout" in name or name.endswith("_pdrop")):
+        if isinstance(value, float) and any(word in name for word in RANDOM_IN_TRAINING):
             setattr(config, name, 0.0)
     return config
 
