@@ -190,8 +190,11 @@ def _why_not(model: Any, kwargs: dict[str, Any], config: Any) -> str | None:
     model_config = getattr(model, "config", None)
     if getattr(model_config, "is_encoder_decoder", False):
         return "the model is an encoder-decoder"
-    if getattr(type(model), "_supports_static_cache", True) is False:
-        return "the model has no static cache"
+    if not _static_cache_graph(model):
+        return "the model does not declare that it runs as one graph with a static cache"
+    if not _positions_from_mask(model):
+        return ("the model's positions do not follow the attention mask (its forward takes "
+                "no position_ids): padding would shift them")
     if getattr(model_config, "alibi", False) is True:  # Falcon's: build_alibi_tensor fails
         return "the model's alibi attention does not run with a static cache in Transformers"
     if "prepare_inputs_for_generation" in vars(model):  # PEFT's prompt learning sets one
@@ -200,6 +203,30 @@ def _why_not(model: Any, kwargs: dict[str, Any], config: Any) -> str | None:
     if not _takes_cache_position(model):
         return "the model's forward takes no cache_position (Transformers 4.x needs it)"
     return None
+
+
+def _static_cache_graph(model: Any) -> bool:
+    """The model class's own declaration that its forward compiles as one graph with a
+    static cache: ``_can_compile_fullgraph`` (Transformers 5, and 4.x releases that have it),
+    else 4.x's ``_supports_static_cache``. Transformers' own compile tests read the same
+    flags; a model without them (CPM-Ant, RWKV, XLM, ProphetNet) writes past its cache or
+    keeps state a graph would replay."""
+    cls = type(model)
+    flag = getattr(cls, "_can_compile_fullgraph", None)
+    if flag is None:
+        flag = getattr(cls, "_supports_static_cache", True)
+    return bool(flag)
+
+
+def _positions_from_mask(model: Any) -> bool:
+    """Whether left padding leaves the model's positions as they were: ``generate()`` derives
+    ``position_ids`` from the attention mask for a forward that takes them; one that does not
+    (Marian, Pegasus, BART-style decoders, Bloom) counts positions from the cache's start,
+    so the padding the buckets add would move every token."""
+    try:
+        return "position_ids" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def _takes_cache_position(model: Any) -> bool:
