@@ -130,8 +130,12 @@ def fp8_mode(environ: Mapping[str, str]) -> str | None:
 
 def fp8_stats(environ: Mapping[str, str]) -> str | None:
     """``HPU_PLUGIN_FP8_STATS``, which ``HPU_PLUGIN_FP8`` needs: a measurement written in one
-    run is read in the next, so it cannot default to a place that changes between runs."""
-    mode = fp8_mode(environ)
+    run is read in the next, so it cannot default to a place that changes between runs. A bad
+    ``HPU_PLUGIN_FP8`` is :func:`fp8_mode`'s fault alone, so that it is said once."""
+    try:
+        mode = fp8_mode(environ)
+    except SettingError:
+        mode = None
     raw = _given(environ, FP8_STATS)
     if mode is not None and raw is None:
         raise SettingError(

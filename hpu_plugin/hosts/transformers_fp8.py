@@ -9,7 +9,7 @@ loading, in two ways:
 
 - a ``quantization_config``: :func:`config_class` (``hpu_plugin.fp8.GaudiFp8Config``) is
   registered with Transformers' quantization registry (``register_quantization_config`` /
-  ``register_quantizer``, Transformers 4.47 and later) under :data:`QUANT_METHOD`; its
+  ``register_quantizer``; a release without them is stayed out of) under :data:`QUANT_METHOD`; its
   quantizer places the model through the ``hpu_quantization_device_map`` hook (a plugin can
   decide, first-generation Gaudi is refused there before any weight is read) and, once the
   weights are on the HPU, converts the model when the measurement exists and prepares it
@@ -30,6 +30,7 @@ import atexit
 import functools
 import glob
 import importlib.util
+import inspect
 import logging
 import os
 import threading
@@ -135,6 +136,8 @@ def quantizer_class() -> type:
         """Transformers calls it around ``from_pretrained``; see the module docstring."""
 
         requires_calibration = False
+        #: The registry of the installation that registered the class: it places the model.
+        registry: Registry | None = None
 
         def validate_environment(self, *args: Any, **kwargs: Any) -> None:
             if importlib.util.find_spec("neural_compressor") is None:
@@ -146,7 +149,7 @@ def quantizer_class() -> type:
                                       f"dump_stats_path ({tuning.FP8_STATS})")
 
         def update_device_map(self, device_map: Any) -> Any:
-            registry = get_registry()
+            registry = type(self).registry or get_registry()
             if not registry.device_available():
                 return device_map
             chosen = registry.quantization_device_map(
@@ -249,8 +252,8 @@ def install_registration(registry: Registry, patches: Patches, module: types.Mod
     configs = getattr(module, "AUTO_QUANTIZATION_CONFIG_MAPPING", None)
     quantizers = getattr(module, "AUTO_QUANTIZER_MAPPING", None)
     if register_config is None or register is None or configs is None or quantizers is None:
-        stay_out(HOST, "fp8", "quantizers.auto.register_quantizer (custom quantizers start "
-                 "at 4.47)")
+        stay_out(HOST, "fp8", "quantizers.auto.register_quantizer (Transformers' registry of "
+                 "custom quantization methods)")
         return
     ours_already = configs.get(QUANT_METHOD) is config_class()
     if ours_already:
@@ -259,12 +262,15 @@ def install_registration(registry: Registry, patches: Patches, module: types.Mod
         stay_out(HOST, "fp8", f"free quantization method name {QUANT_METHOD!r} (another "
                  "library registered it)")
         return
+    quantizer = quantizer_class()
+    quantizer.registry = registry
     register_config(QUANT_METHOD)(config_class())
-    register(QUANT_METHOD)(quantizer_class())
+    register(QUANT_METHOD)(quantizer)
 
     def unregister() -> None:
         configs.pop(QUANT_METHOD, None)
         quantizers.pop(QUANT_METHOD, None)
+        quantizer.registry = None
 
     patches.on_undo(unregister, f"transformers quantization method {QUANT_METHOD!r}")
 
@@ -304,27 +310,39 @@ def switch_config(config: Any, quantization_config: Any, device_map: Any,
 
 
 def install_switch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """``from_pretrained`` (``modeling_utils.get_hf_quantizer``) follows ``HPU_PLUGIN_FP8``."""
+    """``from_pretrained`` (``modeling_utils.get_hf_quantizer``) follows ``HPU_PLUGIN_FP8``.
+
+    Its parameters are bound by name: 4.x passes ``dtype``, ``from_tf`` and ``from_flax``
+    before ``device_map``, 5.x does not.
+    """
     original = original_of(module, "get_hf_quantizer", HOST, "fp8",
                            "modeling_utils.get_hf_quantizer")
     if original is None:
         return
+    signature = inspect.signature(original)
+    if not {"config", "quantization_config", "device_map"} <= set(signature.parameters):
+        stay_out(HOST, "fp8", "config, quantization_config and device_map parameters of "
+                 "modeling_utils.get_hf_quantizer")
+        return
 
     @functools.wraps(original)
-    def get_hf_quantizer(config: Any, quantization_config: Any, device_map: Any,
-                         *args: Any, **kwargs: Any) -> Any:
-        if tuning.fp8_mode(os.environ) is not None and quantization_config is None:
+    def get_hf_quantizer(*args: Any, **kwargs: Any) -> Any:
+        if tuning.fp8_mode(os.environ) is None:
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        if given.get("quantization_config") is None:
             from transformers.quantizers import auto
 
             if is_ours_registered(auto):
-                quantization_config = switch_config(config, quantization_config, device_map,
-                                                    os.environ)
+                given["quantization_config"] = switch_config(
+                    given["config"], None, given.get("device_map"), os.environ)
             else:
                 say_once("fp8-switch-unregistered", logging.WARNING,
                          "hpu_plugin: %s is ignored: this Transformers has no quantization "
                          "registry for %r (see the stay-out line above).", tuning.FP8,
                          QUANT_METHOD)
-        return original(config, quantization_config, device_map, *args, **kwargs)
+        return original(*bound.args, **bound.kwargs)
 
     patches.set(module, "get_hf_quantizer", ours(get_hf_quantizer))
 

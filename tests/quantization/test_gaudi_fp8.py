@@ -28,11 +28,27 @@ from pathlib import Path
 import pytest
 from processes import emulated, result_of, run_python, scrubbed
 
+
+def _transformers_has_the_registry() -> bool:
+    """Whether the installed Transformers has the quantization registry and the
+    ``get_hf_quantizer`` the adapter needs (read, not imported: collection stays cheap)."""
+    spec = importlib.util.find_spec("transformers")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    root = Path(next(iter(spec.submodule_search_locations)))
+    auto, modeling = root / "quantizers" / "auto.py", root / "modeling_utils.py"
+    return (auto.is_file() and "def register_quantizer" in auto.read_text()
+            and modeling.is_file() and "get_hf_quantizer" in modeling.read_text())
+
+
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(importlib.util.find_spec("neural_compressor") is None,
                        reason="neural-compressor is not installed (requirements/test.txt "
                        "pins it)"),
+    pytest.mark.skipif(not _transformers_has_the_registry(),
+                       reason="this Transformers has no quantization registry: the fp8 "
+                       "adapter stays out"),
 ]
 
 PATCHED = "neural_compressor.torch.algorithms.fp8_quant._quant_common.helper_modules"
@@ -184,12 +200,13 @@ def bf16(request: pytest.FixtureRequest, tiny: tuple[Path, dict]) -> tuple[str, 
 
 def _compare(generation: str, fp8: dict, ref: dict) -> tuple[float, float, float]:
     """Agreement of greedy tokens, logits error over their peak, fp8/bf16 weight memory."""
-    agree = sum(a == b for x, y in zip(fp8["tokens"], ref["tokens"]) for a, b in zip(x, y))
+    pairs = zip(fp8["tokens"], ref["tokens"], strict=True)
+    agree = sum(a == b for x, y in pairs for a, b in zip(x, y, strict=True))
     total = sum(len(x) for x in ref["tokens"])
     err = peak = 0.0
-    for got, want in zip(fp8["logits"], ref["logits"]):
-        for g_row, w_row in zip(got, want):
-            err = max(err, max(abs(g - w) for g, w in zip(g_row, w_row)))
+    for got, want in zip(fp8["logits"], ref["logits"], strict=True):
+        for g_row, w_row in zip(got, want, strict=True):
+            err = max(err, max(abs(g - w) for g, w in zip(g_row, w_row, strict=True)))
             peak = max(peak, max(abs(w) for w in w_row))
     memory = fp8["weights_bytes"] / ref["weights_bytes"]
     print(f"{generation}: {agree}/{total} tokens agree, max logits error {err:.4f} of "
@@ -222,7 +239,8 @@ def test_switch_measures_in_a_pipeline_then_quantizes(bf16, tiny, tmp_path: Path
                     str(path), json.dumps(made["calib"]))
     assert measured["q_proj"] == "PatchedLinear"  # measuring: INC's observer module
     assert measured["device"] == "hpu:0"
-    assert all(out.startswith(text) for out, text in zip(measured["outs"], made["calib"]))
+    outs = zip(measured["outs"], made["calib"], strict=True)
+    assert all(out.startswith(text) for out, text in outs)
     assert "fp8 measurement written to" in measured["stderr"]
     files = sorted(os.listdir(stats.parent))
     assert "measure_hooks_maxabs.npz" in files, files
@@ -244,3 +262,92 @@ def test_quantization_config_measures_then_quantizes(bf16, tiny, tmp_path: Path)
     fp8 = _run(CONFIGURED, _emulated(generation), *args)
     assert fp8["mode"] == "quantize"
     _assert_fp8(fp8, ref, generation)
+
+
+#: Loads the model with the config named in argv (none, or GaudiFp8Config(argv[3], mode=
+#: argv[4])) and says what happened: the refusal, or what the model became. The device
+#: memory after a refusal shows whether any weight was read.
+LOAD = r"""
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+
+path, kind = sys.argv[1], sys.argv[2]
+kwargs = {"dtype": torch.bfloat16}
+if kind == "config":
+    from hpu_plugin.fp8 import GaudiFp8Config
+    kwargs["quantization_config"] = GaudiFp8Config(sys.argv[3], mode=sys.argv[4])
+try:
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+except Exception as exc:
+    result = {"error": type(exc).__name__, "message": str(exc),
+              "memory": torch.hpu.memory_allocated()}
+else:
+    q_proj = model.model.layers[0].self_attn.q_proj
+    result = {"q_proj": type(q_proj).__name__, "weight": str(q_proj.weight.dtype),
+              "method": model.config.quantization_config.mode}
+print("RESULT" + json.dumps(result))
+"""
+
+
+def test_gaudi1_is_refused_before_weights_load(tiny, tmp_path: Path) -> None:
+    path, _ = tiny
+    stats = str(tmp_path / "measure")
+    configured = _run(LOAD, _emulated("gaudi"), str(path), "config", stats, "auto")
+    switched = _run(LOAD, _emulated("gaudi", HPU_PLUGIN_FP8="measure",
+                                    HPU_PLUGIN_FP8_STATS=stats), str(path), "none")
+    for refused in (configured, switched):
+        assert refused["error"] == "GaudiConfigError", refused
+        assert refused["message"].startswith("quantization_config (gaudi_fp8)='fp8': fp8 is "
+                                             "not available on first-generation Gaudi")
+        assert "fp8 on GAUDI2 and GAUDI3" in refused["message"]
+        assert "unset HPU_PLUGIN_FP8" in refused["message"]
+        assert refused["memory"] == 0
+    assert not list(tmp_path.iterdir())
+
+
+def test_quantize_without_a_measurement_is_refused_before_weights_load(tiny, tmp_path: Path):
+    path, _ = tiny
+    stats = str(tmp_path / "nothing" / "measure")
+    env = _emulated("gaudi2", HPU_PLUGIN_FP8="quantize", HPU_PLUGIN_FP8_STATS=stats)
+    refused = _run(LOAD, env, str(path), "none")
+    assert refused["error"] == "GaudiConfigError"
+    assert f"dump_stats_path (HPU_PLUGIN_FP8_STATS)={stats!r}" in refused["message"]
+    assert "HPU_PLUGIN_FP8=measure" in refused["message"]
+    assert refused["memory"] == 0
+
+
+def test_the_users_quantization_config_wins_over_the_switch(tiny, tmp_path: Path) -> None:
+    # the switch asks to quantize from a measurement that is not there; the user's config,
+    # measuring elsewhere, is what loading follows
+    path, _ = tiny
+    env = _emulated("gaudi2", HPU_PLUGIN_FP8="quantize",
+                    HPU_PLUGIN_FP8_STATS=str(tmp_path / "nothing" / "measure"))
+    loaded = _run(LOAD, env, str(path), "config", str(tmp_path / "mine" / "measure"),
+                  "measure")
+    assert loaded == {**loaded, "q_proj": "PatchedLinear", "weight": "torch.bfloat16",
+                      "method": "measure"}
+    assert (tmp_path / "mine" / "measure_hooks_maxabs.npz").is_file()  # written at exit
+    assert not (tmp_path / "nothing").exists()
+
+
+STATUS = r"""
+import json
+import torch
+import hpu_plugin
+print("RESULT" + json.dumps({"status": hpu_plugin.state["status"]}))
+"""
+
+
+@pytest.mark.parametrize(("switch", "named", "fix"), [
+    ({"HPU_PLUGIN_FP8": "fast"}, "HPU_PLUGIN_FP8='fast' is not usable",
+     "HPU_PLUGIN_FP8=measure and HPU_PLUGIN_FP8_STATS=<dir>/measure"),
+    ({"HPU_PLUGIN_FP8": "quantize"}, "HPU_PLUGIN_FP8=quantize needs HPU_PLUGIN_FP8_STATS",
+     "set HPU_PLUGIN_FP8_STATS=<dir>/measure"),
+])
+def test_a_bad_switch_is_refused_at_import_with_one_message(switch, named, fix) -> None:
+    done = run_python(STATUS, _emulated("gaudi2", **switch), timeout=TIMEOUT, check=True)
+    assert result_of(done.stdout) == {"status": "failed"}
+    ours = [line for line in done.stderr.splitlines() if "hpu_plugin" in line]
+    assert len(ours) == 1, done.stderr
+    assert ours[0].count(named) == 1 and fix in ours[0]
