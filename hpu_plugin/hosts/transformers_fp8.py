@@ -8,12 +8,12 @@ ones. That needs four calls in the user's code. Here they happen inside Transfor
 loading, in two ways:
 
 - a ``quantization_config``: :func:`config_class` (``hpu_plugin.fp8.GaudiFp8Config``) is
-  registered with Transformers' quantization registry (``register_quantization_config`` /
-  ``register_quantizer``; a release without them is stayed out of) under :data:`QUANT_METHOD`; its
-  quantizer places the model through the ``hpu_quantization_device_map`` hook (a plugin can
-  decide, first-generation Gaudi is refused there before any weight is read) and, once the
-  weights are on the HPU, converts the model when the measurement exists and prepares it
-  for measuring otherwise;
+  registered under :data:`QUANT_METHOD` with Transformers' quantization registry
+  (``register_quantization_config`` / ``register_quantizer``; on a release without them the
+  adapter stays out and says so); its quantizer places the model through the
+  ``hpu_quantization_device_map`` hook (a plugin can decide, first-generation Gaudi is
+  refused there before any weight is read) and, once the weights are on the HPU, converts
+  the model when the measurement exists and prepares it for measuring otherwise;
 - ``HPU_PLUGIN_FP8=measure|quantize`` with ``HPU_PLUGIN_FP8_STATS`` for code that passes
   nothing (``pipeline()``, scripts the user does not edit): each ``from_pretrained`` that
   places a model on an HPU gets that config. A ``quantization_config`` the user passed, or
@@ -122,7 +122,9 @@ def config_class() -> type:
                 return self.mode
             return "quantize" if measurement_exists(self.dump_stats_path) else "measure"
 
+    # named where users import it, so that pickle and reprs find it there
     GaudiFp8Config.__module__ = "hpu_plugin.fp8"
+    GaudiFp8Config.__qualname__ = "GaudiFp8Config"
     return GaudiFp8Config
 
 

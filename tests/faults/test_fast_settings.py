@@ -81,7 +81,8 @@ print("REPORT " + json.dumps({"code": code}))
 
 
 @pytest.mark.parametrize("name", ["HPU_PLUGIN_FAST", "HPU_PLUGIN_GRAPHS_MAX",
-                                  "HPU_PLUGIN_FAST_GRAPHS", "HPU_PLUGIN_BUCKETS_GROUP"])
+                                  "HPU_PLUGIN_FAST_GRAPHS", "HPU_PLUGIN_BUCKETS_GROUP",
+                                  "HPU_PLUGIN_FP8"])
 def test_doctor_lists_a_bad_value_as_an_error_with_its_fix(name):
     value, fix = BAD[name]
     done = run(DOCTOR, environ(HPU_PLUGIN_EMULATE="1", **{name: value}), timeout=240)
