@@ -1,14 +1,15 @@
-"""The settings of the fast paths and the shape buckets: each parsed here and nowhere else.
+"""The settings of the fast paths, the shape buckets and the fp8 switch: each parsed here
+and nowhere else.
 
 ``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
 ``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_BUCKETS`` with its
-``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets, ``HPU_PLUGIN_FP8`` with
-``HPU_PLUGIN_FP8_STATS`` turns on Neural Compressor's fp8 for models loaded with
-``from_pretrained``. The features
-read them deep inside a user's ``train()`` or ``generate()``, where a refusal would come
-late and once per object that asks; so activation asks :func:`faults` before it changes
-anything, and a bad value turns the plugin off there, with one message naming the variable,
-its value, what is accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
+``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets, and
+``HPU_PLUGIN_FP8`` with ``HPU_PLUGIN_FP8_STATS`` gives Neural Compressor's fp8 to models
+loaded with ``from_pretrained``. The features read them deep inside a user's ``train()``,
+``generate()`` or ``from_pretrained``, where a refusal would come late and once per object
+that asks; so activation asks :func:`faults` before it changes anything, and a bad value
+turns the plugin off there, with one message naming the variable, its value, what is
+accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
 
 Every parser takes the environment it reads (nothing here keeps state) and raises
 :class:`~hpu_plugin.errors.SettingError`; unset or blank means the default.
