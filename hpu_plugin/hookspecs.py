@@ -243,12 +243,13 @@ def hpu_quantization_device_map(
     """Place a quantized model.
 
     Called by the quantizer adapters before weights load, with the quantization
-    ``method`` (``"bitsandbytes"``), its ``bits`` (4 or 8) and the user's ``device_map``
-    (``None`` when they passed none). ``options`` are the method's settings that decide
-    whether the device can run it, as plain values: for bitsandbytes 4-bit
-    ``quant_type`` ("nf4", "fp4"), ``quant_storage`` and ``compute_dtype`` (torch dtypes);
-    empty when the host has none to give. Return the device map to use, or ``None`` for no
-    opinion. The hosts never replace a ``device_map`` the user passed. May raise
+    ``method`` (``"bitsandbytes"``, or ``"gaudi_fp8"``: Neural Compressor's fp8, bits 8),
+    its ``bits`` (4 or 8) and the user's ``device_map`` (``None`` when they passed none).
+    ``options`` are the method's settings that decide whether the device can run it, as
+    plain values: for bitsandbytes 4-bit ``quant_type`` ("nf4", "fp4"), ``quant_storage``
+    and ``compute_dtype`` (torch dtypes), for gaudi_fp8 ``mode`` ("measure" or
+    "quantize"); empty when the host has none to give. Return the device map to use, or
+    ``None`` for no opinion. The hosts never replace a ``device_map`` the user passed. May raise
     :class:`Refusal` for a method or bit width the device cannot run, before loading starts.
     """
 

@@ -50,6 +50,7 @@ ALLOWED: dict[str, frozenset[str]] = {
                           "diagnostics"},
     "selftest": BASE | {"hookspecs", "gaudi", "machine", "registry"},
     "cli": BASE | {"diagnostics", "selftest"},
+    "fp8": frozenset({"hosts"}),
     "__main__": frozenset({"cli"}),
 }
 #: The one import that runs against the matrix: the package root's ``autoload`` (the

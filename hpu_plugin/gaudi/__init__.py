@@ -17,7 +17,8 @@ found). Running ``hl-smi`` and the job check that needs its answer are
 - ``generations``  GAUDI / GAUDI2 / GAUDI3 and what each supports (dtypes, int64, bitsandbytes)
 - ``modes``        lazy and eager, and what each allows (``torch.compile`` needs eager)
 - ``environment``  the defaults the plugin applies where the user set nothing
-- ``tuning``       the settings of the fast paths and shape buckets, parsed in one place,
+- ``tuning``       the settings of the fast paths, shape buckets and fp8 switch, parsed in
+                   one place,
                    and ``faults(environ)``: the bad ones, which activation refuses up front
 - ``errors``       ``GaudiConfigError``: a ``Refusal`` (so hooks may raise it) and a
                    ``ValueError``, naming the variable, its value, what is supported, the fix

@@ -1,12 +1,15 @@
-"""The settings of the fast paths and the shape buckets: each parsed here and nowhere else.
+"""The settings of the fast paths, the shape buckets and the fp8 switch: each parsed here
+and nowhere else.
 
 ``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
 ``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_BUCKETS`` with its
-``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets. The features
-read them deep inside a user's ``train()`` or ``generate()``, where a refusal would come
-late and once per object that asks; so activation asks :func:`faults` before it changes
-anything, and a bad value turns the plugin off there, with one message naming the variable,
-its value, what is accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
+``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets, and
+``HPU_PLUGIN_FP8`` with ``HPU_PLUGIN_FP8_STATS`` gives Neural Compressor's fp8 to models
+loaded with ``from_pretrained``. The features read them deep inside a user's ``train()``,
+``generate()`` or ``from_pretrained``, where a refusal would come late and once per object
+that asks; so activation asks :func:`faults` before it changes anything, and a bad value
+turns the plugin off there, with one message naming the variable, its value, what is
+accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
 
 Every parser takes the environment it reads (nothing here keeps state) and raises
 :class:`~hpu_plugin.errors.SettingError`; unset or blank means the default.
@@ -35,6 +38,13 @@ GRAPHS_MOST = 1024
 #: one kind, ``_GROUP`` turns off the grouping of training rows by length.
 BUCKETS = "HPU_PLUGIN_BUCKETS"
 BUCKETS_GROUP = f"{BUCKETS}_GROUP"
+#: fp8 for code that passes no ``quantization_config``: ``measure`` records the maxima
+#: Neural Compressor needs while the program runs, ``quantize`` converts each model loaded.
+FP8 = "HPU_PLUGIN_FP8"
+FP8_MODES = ("measure", "quantize")
+#: Where the measurement goes and is read from: Neural Compressor's ``dump_stats_path``, a
+#: path prefix (``./fp8/measure`` writes ``./fp8/measure_hooks_maxabs.npz``...).
+FP8_STATS = "HPU_PLUGIN_FP8_STATS"
 
 
 def _given(environ: Mapping[str, str], variable: str) -> str | None:
@@ -104,6 +114,39 @@ def buckets_off_by(kind: str, environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def fp8_mode(environ: Mapping[str, str]) -> str | None:
+    """``HPU_PLUGIN_FP8``: ``"measure"``, ``"quantize"``, or None (unset, blank or off)."""
+    raw = _given(environ, FP8)
+    if raw is None or raw.strip().lower() in settings.OFF_WORDS:
+        return None
+    mode = raw.strip().lower()
+    if mode not in FP8_MODES:
+        raise SettingError(
+            FP8, raw, "measure or quantize (or 0 for off)",
+            fix=f"run once with {FP8}=measure and {FP8_STATS}=<dir>/measure to record the "
+            f"measurement, then with {FP8}=quantize and the same {FP8_STATS}; unset {FP8} "
+            "for bf16")
+    return mode
+
+
+def fp8_stats(environ: Mapping[str, str]) -> str | None:
+    """``HPU_PLUGIN_FP8_STATS``, which ``HPU_PLUGIN_FP8`` needs: a measurement written in one
+    run is read in the next, so it cannot default to a place that changes between runs. A bad
+    ``HPU_PLUGIN_FP8`` is :func:`fp8_mode`'s fault alone, so that it is said once."""
+    try:
+        mode = fp8_mode(environ)
+    except SettingError:
+        mode = None
+    raw = _given(environ, FP8_STATS)
+    if mode is not None and raw is None:
+        raise SettingError(
+            FP8_STATS, environ.get(FP8_STATS, ""), "a path prefix for the measurement files",
+            fix=f"set {FP8_STATS}=<dir>/measure (the same in the measure and quantize runs)",
+            message=f"{FP8}={mode} needs {FP8_STATS}, where the measurement is written and "
+            f"read; fix: set {FP8_STATS}=<dir>/measure (the same in both runs)")
+    return None if raw is None else raw.strip()
+
+
 def faults(environ: Mapping[str, str]) -> list[SettingError]:
     """Every one of these settings that holds a value no parser above accepts, in a fixed
     order; empty when all are usable."""
@@ -114,6 +157,8 @@ def faults(environ: Mapping[str, str]) -> list[SettingError]:
         functools.partial(buckets_on, environ),
         *(functools.partial(bucket_sizes, kind, environ) for kind in KINDS),
         functools.partial(group_rows, environ),
+        functools.partial(fp8_mode, environ),
+        functools.partial(fp8_stats, environ),
     ]
     found = []
     for check in checks:

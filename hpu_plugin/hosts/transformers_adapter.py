@@ -1,5 +1,5 @@
 """Transformers: availability, TrainingArguments' compile backend, pipeline device, bnb placement,
-the experts implementation of mixture-of-experts models.
+the experts implementation of mixture-of-experts models, Gaudi fp8 (``transformers_fp8``).
 
 From 4.51 on, Transformers has HPU branches behind ``is_torch_hpu_available``; making that
 one function answer from the registry routes the device of ``TrainingArguments``, seeding,
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook
-from hpu_plugin.hosts import transformers_gaudi_ops
+from hpu_plugin.hosts import transformers_fp8, transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
 from hpu_plugin.patching import (
@@ -355,5 +355,8 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
     importhook.when_imported("transformers.distributed.utils", hook(install_device_binding))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_4bit", hook(install_bnb, 4))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_8bit", hook(install_bnb, 8))
+    importhook.when_imported("transformers.quantizers.auto",
+                             hook(transformers_fp8.install_registration))
+    importhook.when_imported("transformers.modeling_utils", hook(transformers_fp8.install_switch))
     importhook.when_imported("transformers.cli.system", hook(install_env_cli))
     importhook.when_imported("transformers.commands.env", hook(install_env_command))

@@ -13,6 +13,10 @@ pinned bitsandbytes 0.50.2:
 - 8-bit (LLM.int8): the README's accelerator table marks it supported on Gaudi2/3 and its
   test suite runs ``Linear8bitLt`` on ``hpu`` (``tests/test_linear8bitlt.py``) through the
   pure-PyTorch kernels, so 8-bit is placed, not refused.
+
+Gaudi fp8 (``"gaudi_fp8"``: Intel Neural Compressor's measure-then-quantize flow, which the
+Transformers adapter runs after the weights load) is placed the same way, and refused on
+first-generation Gaudi, which has no fp8 (``generations``: ``GAUDI.fp8`` is false).
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ from hpu_plugin.reporting import say_once
 log = logging.getLogger("hpu_plugin")
 
 METHOD = "bitsandbytes"
+#: Neural Compressor's fp8 on Gaudi, as the Transformers adapter names it.
+FP8_METHOD = "gaudi_fp8"
+#: The methods this plugin places on the current HPU when no ``device_map`` is given.
+PLACED = (METHOD, FP8_METHOD)
 #: 4-bit storage dtypes bitsandbytes' HPU kernel reads (``backends/hpu/ops.py``).
 HPU_4BIT_QUANT_STORAGE = ("uint8", "bfloat16")
 #: ``device_map`` strings with which Accelerate spreads the model over the accelerators.
@@ -91,7 +99,7 @@ def check(bits: int, device_name: str, options: Mapping[str, Any] | None = None)
 
 def place(method: str, device_map: DeviceMap | None, current: int) -> DeviceMap | None:
     """Where a quantized model with no ``device_map`` goes: the current HPU."""
-    if method != METHOD or device_map is not None:
+    if method not in PLACED or device_map is not None:
         return None  # another method, or the user's device_map, which is theirs
     return {"": f"hpu:{current}"}
 
@@ -104,8 +112,26 @@ def refuse_what_hpu_cannot_run(
     options: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise a Refusal when the final placement puts on an HPU what cannot run there."""
-    if method == METHOD and places_on_hpu(placed):
+    if not places_on_hpu(placed):
+        return
+    if method == METHOD:
         check(bits, device_name, options)
+    elif method == FP8_METHOD:
+        check_fp8(device_name)
+
+
+def check_fp8(device_name: str) -> None:
+    """fp8 needs Gaudi2 or later; refused here, before any weight is read, rather than in
+    Neural Compressor's first fp8 cast. An unknown device name is not refused."""
+    generation = generation_from_name(device_name)
+    if generation is None or generation.supports("fp8"):
+        return
+    raise GaudiConfigError(
+        f"quantization_config ({FP8_METHOD})", "fp8",
+        f"bf16 and fp32 on {generation.name}; fp8 on GAUDI2 and GAUDI3",
+        "load the model in bf16: pass no quantization_config and unset HPU_PLUGIN_FP8",
+        problem="fp8 is not available on first-generation Gaudi",
+    )
 
 
 def decide(
@@ -129,7 +155,7 @@ def decide(
 def hpu_quantization_device_map(
     method: str, device_map: DeviceMap | None
 ) -> DeviceMap | None:
-    if method != METHOD:
+    if method not in PLACED:
         return None
     import torch
 

@@ -1,10 +1,10 @@
 """The fast paths' and shape buckets' settings are refused once, at activation.
 
-``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX`` and ``HPU_PLUGIN_BUCKETS*`` are read deep
-inside ``train()`` and ``generate()``; a value no parser accepts must not wait until then
-(a warning per object that asks, then a raise mid-training). Inside ``import torch`` the
-plugin is off with one message naming the variable, its value and the fix; ``doctor`` lists
-it as an error with that fix; good values activate as before.
+``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX``, ``HPU_PLUGIN_BUCKETS*`` and ``HPU_PLUGIN_FP8``
+are read deep inside ``train()``, ``generate()`` and ``from_pretrained``; a value no parser
+accepts must not wait until then (a warning per object that asks, then a raise mid-training).
+Inside ``import torch`` the plugin is off with one message naming the variable, its value and
+the fix; ``doctor`` lists it as an error with that fix; good values activate as before.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ BAD = {
     "HPU_PLUGIN_BUCKETS": ("maybe", "HPU_PLUGIN_BUCKETS=0 to turn shape buckets off"),
     "HPU_PLUGIN_BUCKETS_GROUP": ("maybe", "HPU_PLUGIN_BUCKETS_GROUP=0 keeps"),
     "HPU_PLUGIN_BUCKETS_LENGTH": ("512,64", "HPU_PLUGIN_BUCKETS_LENGTH=128,256,512"),
+    "HPU_PLUGIN_FP8": ("fast", "HPU_PLUGIN_FP8=measure and HPU_PLUGIN_FP8_STATS="),
 }
 
 #: Values that each parser accepts: activation goes on as without them.
@@ -35,7 +36,7 @@ GOOD = {
     "HPU_PLUGIN_FAST": "0", "HPU_PLUGIN_FAST_GRAPHS": "1", "HPU_PLUGIN_GRAPHS_MAX": "4",
     "HPU_PLUGIN_BUCKETS": "on", "HPU_PLUGIN_BUCKETS_GROUP": "0",
     "HPU_PLUGIN_BUCKETS_LENGTH": "128,256", "HPU_PLUGIN_BUCKETS_BATCH": "off",
-    "HPU_PLUGIN_BUCKETS_CACHE": " ",
+    "HPU_PLUGIN_BUCKETS_CACHE": " ", "HPU_PLUGIN_FP8": "0",
 }
 
 def test_every_fast_path_switch_is_checked_up_front():
@@ -80,7 +81,8 @@ print("REPORT " + json.dumps({"code": code}))
 
 
 @pytest.mark.parametrize("name", ["HPU_PLUGIN_FAST", "HPU_PLUGIN_GRAPHS_MAX",
-                                  "HPU_PLUGIN_FAST_GRAPHS", "HPU_PLUGIN_BUCKETS_GROUP"])
+                                  "HPU_PLUGIN_FAST_GRAPHS", "HPU_PLUGIN_BUCKETS_GROUP",
+                                  "HPU_PLUGIN_FP8"])
 def test_doctor_lists_a_bad_value_as_an_error_with_its_fix(name):
     value, fix = BAD[name]
     done = run(DOCTOR, environ(HPU_PLUGIN_EMULATE="1", **{name: value}), timeout=240)

@@ -179,3 +179,34 @@ def test_a_third_party_placement_off_the_hpu_is_not_refused(registry, monkeypatc
     _with_third_party(registry, _CpuPlacement(), "cpu-placement")
     placed = registry.quantization_device_map("bitsandbytes", 4, None, {"quant_type": "fp4"})
     assert placed == {"": "cpu"}
+
+
+# Gaudi fp8 (Neural Compressor through the Transformers adapter's gaudi_fp8 method)
+
+
+@pytest.mark.parametrize("generation", ["GAUDI2", "GAUDI3"])
+def test_fp8_with_no_device_map_is_placed_on_the_current_hpu(registry, monkeypatch, generation):
+    device(monkeypatch, generation, current=2)
+    assert registry.quantization_device_map("gaudi_fp8", 8, None) == {"": "hpu:2"}
+    assert registry.quantization_device_map("gaudi_fp8", 8, "hpu") is None  # the user's
+
+
+@pytest.mark.parametrize("device_map", [None, "auto", "hpu", {"": "hpu:0"}])
+def test_fp8_on_first_generation_gaudi_is_refused(registry, monkeypatch, device_map):
+    device(monkeypatch, "GAUDI")
+    with pytest.raises(Refusal) as refused:
+        registry.quantization_device_map("gaudi_fp8", 8, device_map)
+    message = str(refused.value)
+    assert message.startswith("quantization_config (gaudi_fp8)='fp8': fp8 is not available "
+                              "on first-generation Gaudi")
+    assert "unset HPU_PLUGIN_FP8" in message
+
+
+def test_a_third_party_fp8_placement_is_used_and_still_checked(registry, monkeypatch):
+    _with_third_party(registry, _EagerPlacement(), "eager-placement")
+    # the plugin would say hpu:3; the third party, asked first, says hpu:0
+    device(monkeypatch, "GAUDI2", current=3)
+    assert registry.quantization_device_map("gaudi_fp8", 8, None) == {"": "hpu:0"}
+    device(monkeypatch, "GAUDI")
+    with pytest.raises(Refusal, match="first-generation Gaudi"):
+        registry.quantization_device_map("gaudi_fp8", 8, None)

@@ -1,0 +1,356 @@
+"""Transformers: Gaudi fp8 (Intel Neural Compressor) for unchanged ``from_pretrained`` code.
+
+Gaudi users run a model in fp8 with Neural Compressor's measure-then-quantize flow: one run
+with ``FP8Config(mode="MEASURE")`` records each module's input and weight maxima and writes
+them to ``dump_stats_path``; later runs ``convert`` a fresh model with ``mode="QUANTIZE"``,
+which reads them, stores the weights as ``float8_e4m3fn`` and replaces the modules by fp8
+ones. That needs four calls in the user's code. Here they happen inside Transformers' own
+loading, in two ways:
+
+- a ``quantization_config``: :func:`config_class` (``hpu_plugin.fp8.GaudiFp8Config``) is
+  registered under :data:`QUANT_METHOD` with Transformers' quantization registry
+  (``register_quantization_config`` / ``register_quantizer``; on a release without them the
+  adapter stays out and says so); its quantizer places the model through the
+  ``hpu_quantization_device_map`` hook (a plugin can decide, first-generation Gaudi is
+  refused there before any weight is read) and, once the weights are on the HPU, converts
+  the model when the measurement exists and prepares it for measuring otherwise;
+- ``HPU_PLUGIN_FP8=measure|quantize`` with ``HPU_PLUGIN_FP8_STATS`` for code that passes
+  nothing (``pipeline()``, scripts the user does not edit): each ``from_pretrained`` that
+  places a model on an HPU gets that config. A ``quantization_config`` the user passed, or
+  one the checkpoint carries, is theirs and wins.
+
+A model being measured writes its measurement at :func:`finish_measurement`, or at the
+process's exit when nobody called it: a measure run is the user's own program, which does
+not know it is being measured.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import glob
+import importlib.util
+import inspect
+import logging
+import os
+import threading
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from hpu_plugin.gaudi import tuning
+from hpu_plugin.gaudi.config_error import GaudiConfigError
+from hpu_plugin.patching import Patches, original_of, ours, stay_out
+from hpu_plugin.registry import Registry, get_registry
+from hpu_plugin.reporting import say_once
+
+log = logging.getLogger("hpu_plugin")
+
+HOST = "transformers"
+#: The method name in Transformers' registry and in a saved ``quantization_config``.
+QUANT_METHOD = "gaudi_fp8"
+#: ``GaudiFp8Config.mode``: ``auto`` quantizes when the measurement exists, measures if not.
+MODES = ("auto", "measure", "quantize")
+#: ``device_map`` strings with which Accelerate spreads the model over the accelerators.
+_SPREADING_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+_lock = threading.Lock()
+#: Models prepared for measuring whose measurement is not written yet. Held strongly: a
+#: measure run's model freed before exit (``del pipe``) must still write what it recorded.
+_measuring: list[Any] = []
+_atexit_registered = False
+
+
+def measurement_exists(dump_stats_path: str) -> bool:
+    """Whether Neural Compressor's measurement files are at ``dump_stats_path``: it writes
+    ``<dump_stats_path>_hooks_<observer>[_<rank>_<world>].npz`` and ``convert`` reads that."""
+    return bool(glob.glob(f"{glob.escape(dump_stats_path)}_hooks_*.npz"))
+
+
+def _no_measurement(dump_stats_path: str, variable: str) -> GaudiConfigError:
+    return GaudiConfigError(
+        variable, dump_stats_path, "the path prefix a measure run wrote",
+        "run the program once with HPU_PLUGIN_FP8=measure (or GaudiFp8Config(mode="
+        "'measure')) and the same path, or use mode='auto', which measures when nothing is "
+        "there",
+        problem=f"no measurement at {dump_stats_path}_hooks_*.npz to quantize from",
+    )
+
+
+@functools.cache
+def config_class() -> type:
+    """``GaudiFp8Config``, a Transformers ``QuantizationConfigMixin`` (built on first use, so
+    the plugin imports Transformers only when the user does)."""
+    from transformers.utils.quantization_config import QuantizationConfigMixin
+
+    class GaudiFp8Config(QuantizationConfigMixin):  # type: ignore[misc]
+        """Neural Compressor's fp8 on Gaudi 2 and 3, for ``from_pretrained``.
+
+        ``dump_stats_path`` is Neural Compressor's path prefix of the measurement
+        (``./fp8/measure``). ``mode``: ``"measure"`` prepares the loaded model to record it
+        (the user's own runs are the calibration; :func:`hpu_plugin.fp8.finish_measurement`
+        or the process's exit writes it), ``"quantize"`` converts the loaded model to fp8 from
+        it (refused before loading when it is missing), ``"auto"`` quantizes when it exists
+        and measures otherwise. ``inc_options`` go to Neural Compressor's ``FP8Config`` as
+        they are (``blocklist``, ``scale_method``...).
+        """
+
+        def __init__(self, dump_stats_path: str, mode: str = "auto",
+                     inc_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+            self.quant_method = QUANT_METHOD
+            self.dump_stats_path = os.fspath(dump_stats_path)
+            self.mode = str(mode).lower()
+            self.inc_options = dict(inc_options or {})
+            self.post_init()
+
+        def post_init(self) -> None:
+            """Refuse what Neural Compressor would refuse later, after the weights load."""
+            if self.mode not in MODES:
+                raise ValueError(f"GaudiFp8Config(mode={self.mode!r}): accepted modes are "
+                                 f"{', '.join(MODES)}")
+            if not self.dump_stats_path.strip():
+                raise ValueError("GaudiFp8Config needs dump_stats_path, the path prefix of "
+                                 "the measurement (e.g. './fp8/measure')")
+            for reserved in ("mode", "dump_stats_path"):
+                if reserved in self.inc_options:
+                    raise ValueError(f"GaudiFp8Config: pass {reserved} as its own argument, "
+                                     "not in inc_options")
+
+        def resolved_mode(self) -> str:
+            """``measure`` or ``quantize``: what loading does with this config now."""
+            if self.mode != "auto":
+                return self.mode
+            return "quantize" if measurement_exists(self.dump_stats_path) else "measure"
+
+    # named where users import it, so that pickle and reprs find it there
+    GaudiFp8Config.__module__ = "hpu_plugin.fp8"
+    GaudiFp8Config.__qualname__ = "GaudiFp8Config"
+    return GaudiFp8Config
+
+
+@functools.cache
+def quantizer_class() -> type:
+    """The ``HfQuantizer`` of :data:`QUANT_METHOD`: checks before loading, places through the
+    hook, runs Neural Compressor after loading."""
+    from transformers.quantizers.base import HfQuantizer
+
+    class GaudiFp8HfQuantizer(HfQuantizer):  # type: ignore[misc]
+        """Transformers calls it around ``from_pretrained``; see the module docstring."""
+
+        requires_calibration = False
+        #: The registry of the installation that registered the class: it places the model.
+        registry: Registry | None = None
+
+        def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+            if importlib.util.find_spec("neural_compressor") is None:
+                raise ImportError("GaudiFp8Config runs Intel Neural Compressor, which is not "
+                                  "installed: pip install 'neural-compressor[pt]'")
+            config = self.quantization_config
+            if config.mode == "quantize" and not measurement_exists(config.dump_stats_path):
+                raise _no_measurement(config.dump_stats_path,
+                                      f"dump_stats_path ({tuning.FP8_STATS})")
+
+        def update_device_map(self, device_map: Any) -> Any:
+            registry = type(self).registry or get_registry()
+            if not registry.device_available():
+                return device_map
+            chosen = registry.quantization_device_map(
+                QUANT_METHOD, 8, device_map,
+                options={"mode": self.quantization_config.resolved_mode()},
+            )
+            if device_map is None and chosen is not None:
+                say_once("fp8-device-map", logging.INFO,
+                         "hpu_plugin: %s: no device_map given; placing the model with "
+                         "device_map=%r.", QUANT_METHOD, chosen)
+                return chosen
+            return device_map
+
+        def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
+            run_neural_compressor(model, self.quantization_config)
+            return model
+
+        def is_serializable(self, safe_serialization: Any = None) -> bool:
+            # fp8 modules of Neural Compressor are saved with its own save(), not here
+            return False
+
+        @property
+        def is_trainable(self) -> bool:
+            return False
+
+    return GaudiFp8HfQuantizer
+
+
+def run_neural_compressor(model: Any, config: Any) -> str:
+    """Convert ``model`` in place from the measurement, or prepare it to record one; return
+    which (``"quantize"`` or ``"measure"``)."""
+    from neural_compressor.torch.quantization import FP8Config, convert, prepare
+
+    mode = config.resolved_mode()
+    path = config.dump_stats_path
+    if mode == "quantize":
+        convert(model, FP8Config(mode="QUANTIZE", dump_stats_path=path, **config.inc_options))
+        say_once(("fp8-quantized", path), logging.INFO,
+                 "hpu_plugin: %s: converted to fp8 from the measurement at %s.",
+                 type(model).__name__, path)
+        return mode
+    folder = os.path.dirname(path)
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    prepare(model, FP8Config(mode="MEASURE", dump_stats_path=path, **config.inc_options))
+    _keep_measuring(model)
+    say_once(("fp8-measuring", path), logging.WARNING,
+             "hpu_plugin: %s: measuring for fp8 (it still computes in %s); the measurement is "
+             "written to %s at hpu_plugin.fp8.finish_measurement(model) or when the program "
+             "exits; run again with mode 'quantize' (HPU_PLUGIN_FP8=quantize) to use fp8.",
+             type(model).__name__, getattr(model, "dtype", "its dtype"), path)
+    return mode
+
+
+def _keep_measuring(model: Any) -> None:
+    global _atexit_registered
+    with _lock:
+        _measuring.append(model)
+        if not _atexit_registered:
+            atexit.register(_finish_at_exit)
+            _atexit_registered = True
+
+
+def finish_measurement(model: Any | None = None) -> list[str]:
+    """Write the measurement of ``model`` (every model still measuring when None); return
+    the ``dump_stats_path`` of each written. A model that is not measuring is refused."""
+    from neural_compressor.torch.quantization import finalize_calibration
+
+    with _lock:
+        if model is None:
+            chosen, _measuring[:] = list(_measuring), []
+        elif any(kept is model for kept in _measuring):
+            chosen = [model]
+            _measuring[:] = [kept for kept in _measuring if kept is not model]
+        else:
+            raise ValueError(f"{type(model).__name__} is not measuring for fp8: it was not "
+                             "loaded with GaudiFp8Config in measure mode, or its measurement "
+                             "was written already")
+    written = []
+    for each in chosen:
+        finalize_calibration(each)
+        config = getattr(getattr(each, "config", None), "quantization_config", None)
+        written.append(getattr(config, "dump_stats_path", "?"))
+    return written
+
+
+def _finish_at_exit() -> None:
+    try:
+        for path in finish_measurement():
+            log.warning("hpu_plugin: fp8 measurement written to %s", path)
+    except Exception as exc:  # at exit there is nobody left to catch it
+        log.error("hpu_plugin: writing the fp8 measurement failed (%s: %s); no measurement "
+                  "was written", type(exc).__name__, exc)
+
+
+def install_registration(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """``gaudi_fp8`` joins Transformers' quantization registry (``quantizers.auto``)."""
+    register_config = getattr(module, "register_quantization_config", None)
+    register = getattr(module, "register_quantizer", None)
+    configs = getattr(module, "AUTO_QUANTIZATION_CONFIG_MAPPING", None)
+    quantizers = getattr(module, "AUTO_QUANTIZER_MAPPING", None)
+    if register_config is None or register is None or configs is None or quantizers is None:
+        stay_out(HOST, "fp8", "quantizers.auto.register_quantizer (Transformers' registry of "
+                 "custom quantization methods)")
+        return
+    ours_already = configs.get(QUANT_METHOD) is config_class()
+    if ours_already:
+        return
+    if QUANT_METHOD in configs or QUANT_METHOD in quantizers:
+        stay_out(HOST, "fp8", f"free quantization method name {QUANT_METHOD!r} (another "
+                 "library registered it)")
+        return
+    quantizer = quantizer_class()
+    quantizer.registry = registry
+    register_config(QUANT_METHOD)(config_class())
+    register(QUANT_METHOD)(quantizer)
+
+    def unregister() -> None:
+        configs.pop(QUANT_METHOD, None)
+        quantizers.pop(QUANT_METHOD, None)
+        quantizer.registry = None
+
+    patches.on_undo(unregister, f"transformers quantization method {QUANT_METHOD!r}")
+
+
+def _places_on_hpu(device_map: Any) -> bool:
+    """Would ``from_pretrained`` with ``device_map`` put weights on an HPU (None: the
+    quantizer places it on the current one)?"""
+    if device_map is None or (isinstance(device_map, int) and not isinstance(device_map, bool)):
+        return True
+    if isinstance(device_map, Mapping):
+        return any(_places_on_hpu(where) for where in device_map.values()
+                   if where is not None)
+    text = str(getattr(device_map, "type", device_map))
+    return text in _SPREADING_MAPS or text == "hpu" or text.startswith("hpu:")
+
+
+def switch_config(config: Any, quantization_config: Any, device_map: Any,
+                  environ: Mapping[str, str]) -> Any:
+    """The ``quantization_config`` that loading uses under ``HPU_PLUGIN_FP8``: the user's or
+    the checkpoint's when there is one, a ``GaudiFp8Config`` of the switch otherwise, for a
+    model placed on an HPU. Activation refused bad values before anything ran."""
+    mode = tuning.fp8_mode(environ)
+    if mode is None or quantization_config is not None:
+        return quantization_config
+    if getattr(config, "quantization_config", None) is not None:
+        say_once("fp8-switch-prequantized", logging.WARNING,
+                 "hpu_plugin: %s=%s is not applied to a checkpoint that is quantized already "
+                 "(its quantization_config is used).", tuning.FP8, mode)
+        return None
+    if not _places_on_hpu(device_map):
+        return None
+    stats = tuning.fp8_stats(environ)
+    say_once(("fp8-switch", mode), logging.INFO,
+             "hpu_plugin: %s=%s: loading with GaudiFp8Config(mode=%r, dump_stats_path=%r).",
+             tuning.FP8, mode, mode, stats)
+    return config_class()(dump_stats_path=stats, mode=mode)
+
+
+def install_switch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    """``from_pretrained`` (``modeling_utils.get_hf_quantizer``) follows ``HPU_PLUGIN_FP8``.
+
+    Its parameters are bound by name: 4.x passes ``dtype``, ``from_tf`` and ``from_flax``
+    before ``device_map``, 5.x does not.
+    """
+    original = original_of(module, "get_hf_quantizer", HOST, "fp8",
+                           "modeling_utils.get_hf_quantizer")
+    if original is None:
+        return
+    signature = inspect.signature(original)
+    if not {"config", "quantization_config", "device_map"} <= set(signature.parameters):
+        stay_out(HOST, "fp8", "config, quantization_config and device_map parameters of "
+                 "modeling_utils.get_hf_quantizer")
+        return
+
+    @functools.wraps(original)
+    def get_hf_quantizer(*args: Any, **kwargs: Any) -> Any:
+        if tuning.fp8_mode(os.environ) is None:
+            return original(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        if given.get("quantization_config") is None:
+            from transformers.quantizers import auto
+
+            if is_ours_registered(auto):
+                given["quantization_config"] = switch_config(
+                    given["config"], None, given.get("device_map"), os.environ)
+            else:
+                say_once("fp8-switch-unregistered", logging.WARNING,
+                         "hpu_plugin: %s is ignored: this Transformers has no quantization "
+                         "registry for %r (see the stay-out line above).", tuning.FP8,
+                         QUANT_METHOD)
+        return original(*bound.args, **bound.kwargs)
+
+    patches.set(module, "get_hf_quantizer", ours(get_hf_quantizer))
+
+
+def is_ours_registered(auto: types.ModuleType) -> bool:
+    """Whether Transformers' registry knows :data:`QUANT_METHOD` as this module's."""
+    configs = getattr(auto, "AUTO_QUANTIZATION_CONFIG_MAPPING", {})
+    return QUANT_METHOD in configs and configs[QUANT_METHOD] is config_class()
+

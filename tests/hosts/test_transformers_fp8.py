@@ -1,0 +1,141 @@
+"""The Gaudi fp8 adapter on the real Transformers: registration, placement, the switch.
+
+What Neural Compressor then does to the model runs on the emulator
+(``tests/quantization/test_gaudi_fp8.py``); here the adapter's decisions are checked against
+Transformers' own registry and ``get_hf_quantizer``, with "Gaudi ready" from the answering
+test plugin.
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+
+from hpu_plugin import patching
+from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.hosts import transformers_fp8
+from hpu_plugin.patching import Patches
+
+SWITCH = {"HPU_PLUGIN_FP8": "quantize", "HPU_PLUGIN_FP8_STATS": "/somewhere/measure"}
+
+
+def _has_registry() -> bool:
+    import transformers.modeling_utils
+    from transformers.quantizers import auto
+
+    return (hasattr(auto, "register_quantizer")
+            and hasattr(transformers.modeling_utils, "get_hf_quantizer"))
+
+
+@pytest.fixture
+def fp8_installed(installed):
+    import transformers.modeling_utils
+    from transformers.quantizers import auto
+
+    if not _has_registry():
+        pytest.skip("this Transformers has no quantization registry or get_hf_quantizer")
+    assert auto.AUTO_QUANTIZER_MAPPING["gaudi_fp8"] is transformers_fp8.quantizer_class()
+    assert patching.is_ours(transformers.modeling_utils.get_hf_quantizer)
+    return installed
+
+
+def test_the_method_is_registered_and_undone(fp8_installed):
+    import transformers.modeling_utils
+    from transformers.quantizers import auto
+
+    from hpu_plugin import hosts
+
+    config = auto.AutoQuantizationConfig.from_dict(
+        {"quant_method": "gaudi_fp8", "dump_stats_path": "/x/measure", "mode": "measure"})
+    assert type(config) is transformers_fp8.config_class()
+    assert (config.dump_stats_path, config.mode, config.resolved_mode()) == (
+        "/x/measure", "measure", "measure")
+    assert type(auto.AutoHfQuantizer.from_config(config, pre_quantized=False)).__name__ == (
+        "GaudiFp8HfQuantizer")
+    hosts.uninstall()
+    assert "gaudi_fp8" not in auto.AUTO_QUANTIZER_MAPPING
+    assert "gaudi_fp8" not in auto.AUTO_QUANTIZATION_CONFIG_MAPPING
+    assert not patching.is_ours(transformers.modeling_utils.get_hf_quantizer)
+    assert transformers_fp8.quantizer_class().registry is None
+
+
+def test_a_transformers_without_the_registry_is_stayed_out_of(installed):
+    patches = Patches()
+    transformers_fp8.install_registration(installed, patches, types.ModuleType("auto"))
+    assert patches.made == []
+    [why] = [v for k, v in patching.this_process.stayed_out.items() if "fp8" in k]
+    assert "register_quantizer" in why
+
+
+def test_the_quantizer_places_through_the_hook(fp8_installed, answers):
+    from transformers.quantizers import auto
+
+    config = transformers_fp8.config_class()("/x/measure", mode="measure")
+    quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
+    answers.device_map = {"": "hpu:1"}
+    assert quantizer.update_device_map(None) == {"": "hpu:1"}
+    assert quantizer.update_device_map("cpu") == "cpu"  # the user's
+    assert ("quant", ("gaudi_fp8", 8, None)) in answers.calls
+    answers.device_map = None
+    assert quantizer.update_device_map(None) is None
+
+
+def test_quantize_mode_without_a_measurement_is_refused(fp8_installed, tmp_path):
+    from transformers.quantizers import auto
+
+    config = transformers_fp8.config_class()(str(tmp_path / "measure"), mode="quantize")
+    quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
+    with pytest.raises(Refusal, match=r"no measurement at .*_hooks_\*\.npz"):
+        quantizer.validate_environment(device_map=None)
+    (tmp_path / "measure_hooks_maxabs.npz").write_bytes(b"")
+    quantizer.validate_environment(device_map=None)
+    assert transformers_fp8.config_class()(str(tmp_path / "measure")).resolved_mode() == (
+        "quantize")
+
+
+@pytest.mark.parametrize("mode", ["fp8", ""])
+def test_a_bad_mode_is_refused_by_the_config(fp8_installed, mode):
+    with pytest.raises(ValueError, match="accepted modes are auto, measure, quantize"):
+        transformers_fp8.config_class()("/x/measure", mode=mode)
+
+
+def _config(**fields):
+    return types.SimpleNamespace(**fields)
+
+
+def test_the_switch_gives_a_config_only_where_the_user_gave_none(fp8_installed):
+    from transformers import BitsAndBytesConfig
+
+    chosen = transformers_fp8.switch_config(_config(), None, None, SWITCH)
+    assert type(chosen) is transformers_fp8.config_class()
+    assert (chosen.mode, chosen.dump_stats_path) == ("quantize", "/somewhere/measure")
+    mine = BitsAndBytesConfig(load_in_8bit=True)
+    assert transformers_fp8.switch_config(_config(), mine, None, SWITCH) is mine
+    # a checkpoint quantized already, a model the user puts on the CPU, the switch off
+    assert transformers_fp8.switch_config(
+        _config(quantization_config={"quant_method": "fp8"}), None, None, SWITCH) is None
+    assert transformers_fp8.switch_config(_config(), None, "cpu", SWITCH) is None
+    assert transformers_fp8.switch_config(_config(), None, None, {}) is None
+    for on_hpu in ("hpu", "hpu:0", "auto", 0, {"": "hpu:0"}, {"a": "cpu", "b": 0}):
+        assert transformers_fp8.switch_config(_config(), None, on_hpu, SWITCH) is not None
+
+
+def test_get_hf_quantizer_follows_the_switch(fp8_installed, monkeypatch):
+    from transformers import LlamaConfig, modeling_utils
+
+    monkeypatch.setenv("HPU_PLUGIN_FP8", "measure")
+    monkeypatch.setenv("HPU_PLUGIN_FP8_STATS", "/somewhere/measure")
+    # 4.x also takes dtype, from_tf and from_flax
+    wanted = inspect.signature(modeling_utils.get_hf_quantizer.__wrapped__).parameters
+    rest = {k: v for k, v in {"dtype": None, "from_tf": False, "from_flax": False,
+                              "weights_only": True, "user_agent": {}}.items() if k in wanted}
+    quantizer, config, device_map = modeling_utils.get_hf_quantizer(
+        LlamaConfig(), None, device_map="cpu", **rest)
+    assert quantizer is None  # placed on the CPU by the user: not switched
+    quantizer, config, device_map = modeling_utils.get_hf_quantizer(
+        LlamaConfig(), None, device_map="hpu", **rest)
+    assert type(quantizer).__name__ == "GaudiFp8HfQuantizer"
+    assert config.quantization_config.mode == "measure"
+    assert device_map == "hpu"
