@@ -490,6 +490,31 @@ def recompute_sdp_enabled() -> bool:
 set_autocast_hpu_dtype = set_autocast_dtype
 
 
+_deterministic = [False]
+
+
+def setDeterministic(val: bool) -> None:
+    """The bridge's own deterministic switch, apart from torch's
+    ``use_deterministic_algorithms`` (its kernels take either); deprecated there, with this
+    warning. The emulator's CPU kernels give the same results either way; it is kept."""
+    warnings.warn(
+        "torch.hpu.setDeterministic is deprecated and will be removed in next release. "
+        "Please use torch.use_deterministic_algorithms instead.",
+        stacklevel=2,
+    )
+    _deterministic[0] = bool(val)
+
+
+def getDeterministic() -> bool:
+    """The bridge's switch alone (False until ``setDeterministic(True)``), not torch's."""
+    warnings.warn(
+        "torch.hpu.getDeterministic is deprecated and will be removed in next release. "
+        "Please use torch.are_deterministic_algorithms_enabled instead.",
+        stacklevel=2,
+    )
+    return _deterministic[0]
+
+
 def is_autocast_hpu_enabled() -> bool:
     """The bridge's name for whether HPU autocast is on (``wrap_in_hpu_graph`` keys its
     graphs on it)."""
