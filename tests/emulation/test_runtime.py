@@ -126,11 +126,58 @@ def test_bf16_autocast(run):
             s = torch.log_softmax(y, -1)
         assert torch.get_autocast_dtype("hpu") == torch.bfloat16
         assert y.dtype == torch.bfloat16 and y.device.type == "hpu"
-        assert s.dtype == torch.float32
+        assert s.dtype == torch.bfloat16  # the bridge's lower-precision list has log_softmax
         with torch.autocast("cpu", dtype=torch.bfloat16):
             ref = lin.cpu()(x.cpu())
         assert torch.equal(y.cpu(), ref)
     """)
+
+
+def test_autocast_follows_the_bridges_op_lists_not_cudas(run, tmp_path):
+    # the bridge's own autocast test (any_mode/test_hpu_autocast.py), then ops whose policy
+    # on HPU differs from CUDA's: softmax, log_softmax, mul, mean in bf16 (CUDA: float32 or
+    # untouched), layer_norm casting its input only, div and exp in float32
+    run("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.rand(5, 5, device="hpu") * 10
+        b = torch.rand(5, 5, device="hpu") * 10
+
+        def fn(a, b):
+            mm = torch.mm(a, b)
+            return mm, torch.log_softmax(mm, 0), torch.log_softmax(a, 0), torch.add(mm, mm)
+
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            got = fn(a, b)
+            add_float = torch.add(a, b)
+            mixed = torch.add(got[0], a)  # promote: the widest input
+            lower = [torch.softmax(a, -1), a * b, a.mean(), torch.mm(a, b) * a]
+            fp32 = [torch.mm(a, b) / 2, torch.mm(a, b).exp()]
+            w, bias = torch.rand(5, device="hpu"), torch.rand(5, device="hpu")
+            norm = F.layer_norm(a, (5,), w, bias)
+        ref = fn(a.bfloat16(), b.bfloat16())
+        for g, r in zip(got, ref):
+            assert g.dtype == torch.bfloat16 and torch.equal(g.cpu(), r.cpu())
+        assert add_float.dtype == torch.float32 and mixed.dtype == torch.float32
+        assert all(t.dtype == torch.bfloat16 for t in lower), [t.dtype for t in lower]
+        assert all(t.dtype == torch.float32 for t in fp32), [t.dtype for t in fp32]
+        assert norm.dtype == torch.bfloat16
+        assert torch.equal(norm.cpu(), F.layer_norm(a.bfloat16(), (5,), w, bias).cpu())
+        print("defaults ok")
+    """)
+    # the lists from files, as PT_HPU_AUTOCAST_*_OPS_LIST name them (the bridge's custom test)
+    (tmp_path / "lower.txt").write_text("add\nmm\n")
+    (tmp_path / "fp32.txt").write_text("matmul\n")
+    run("""
+        import torch
+        a = torch.rand(5, 5, device="hpu")
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            add, mm, matmul = torch.add(a, a), torch.mm(a, a), torch.matmul(a, a)
+            softmax = torch.softmax(a, -1)  # in no list now
+        assert add.dtype == mm.dtype == torch.bfloat16, (add.dtype, mm.dtype)
+        assert matmul.dtype == softmax.dtype == torch.float32, (matmul.dtype, softmax.dtype)
+    """, {"PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": str(tmp_path / "lower.txt"),
+          "PT_HPU_AUTOCAST_FP32_OPS_LIST": str(tmp_path / "fp32.txt")})
 
 
 def test_rng_is_reproducible_and_only_device_0_has_state(run):
@@ -380,3 +427,23 @@ def test_the_emulators_patches_are_recorded_reversible_and_hook_through_one_find
         print("ok")
     """)
     assert out.stdout.strip().endswith("ok")
+
+
+def test_bool_tensors_cross_to_and_from_the_device_byte_for_byte(run):
+    # the bridge's lazy/test_hpu_view.py: a float tensor viewed as bool goes to the device
+    # and is viewed back; its copy moves bytes, where the CPU's bool copy makes them 0/1
+    run("""
+        import torch
+        a = torch.randn(8)
+        b_hpu = a.view(torch.bool).to("hpu")
+        assert torch.equal(b_hpu.view(torch.float).view(-1).cpu(), a)
+        raw = torch.tensor([0, 7, 200, 1], dtype=torch.uint8)
+        there = raw.view(torch.bool).to("hpu")
+        assert there.view(torch.uint8).cpu().tolist() == [0, 7, 200, 1]
+        assert there.cpu().view(torch.uint8).tolist() == [0, 7, 200, 1]  # and back
+        assert there.clone().view(torch.uint8).cpu().tolist() == [0, 7, 200, 1]
+        # an op on such bools treats every non-zero byte as true, as the CPU's kernels do
+        assert torch.equal(there.logical_not().cpu(), raw.view(torch.bool).logical_not())
+        # a bool from another dtype is still a cast (0/1)
+        assert torch.tensor([0.0, 3.5]).to("hpu").bool().view(torch.uint8).cpu().tolist() == [0, 1]
+    """)

@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -681,6 +682,13 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   } else if (src.is_hpu()) {
     g_copies_d2h.fetch_add(1, std::memory_order_relaxed);  // the host waits for the device
   }
+  if (self.scalar_type() == at::kBool && src.scalar_type() == at::kBool) {
+    // As the bridge's copies (a DMA of the bytes): a bool byte other than 0 or 1 (a uint8
+    // or float tensor viewed as bool) arrives as it left; the CPU's bool copy rewrites it
+    // to 0/1, which a later view back to the first dtype would show.
+    dst_cpu.view(at::kByte).copy_(src_cpu.view(at::kByte), non_blocking);
+    return self;
+  }
   dst_cpu.copy_(src_cpu, non_blocking);
   if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
     check_int64_fits(dst_cpu);
@@ -1237,31 +1245,168 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
 }
 
-// bf16 autocast: the policy lists PyTorch applies on CUDA (the real stack's own lists are
-// configurable and not modelled; see README).
+// bf16 autocast with the bridge's policy (hpu_ops/autocast_helpers.h): its own op lists,
+// not CUDA's. Every functional overload of an op named in a list gets the list's policy: the
+// lower-precision list casts floating HPU inputs to the autocast dtype (the norms only their
+// first input), the fp32 list to float, the promote list to the widest floating input. A list
+// is checked in that order, so mul, in the lower list, runs in bf16 and is not promoted. The
+// lower and fp32 lists are read from the files PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST and
+// PT_HPU_AUTOCAST_FP32_OPS_LIST name (one op a line), at start, as there. Casts are not
+// cached, as the bridge disables autocast's cast cache.
+namespace hpu_emu {
+
+enum class CastPolicy { lower, lower_first_arg, fp32, promote };
+
+const std::unordered_set<std::string> kDefaultLowerOps{
+    "addmm", "addbmm", "batch_norm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "dot", "dropout",
+    "feature_dropout", "group_norm", "instance_norm", "layer_norm", "leaky_relu", "linear",
+    "matmul", "mean", "mm", "mul", "mv", "softmax", "log_softmax",
+    "scaled_dot_product_attention"};
+const std::unordered_set<std::string> kDefaultFp32Ops{
+    "acos", "addcdiv", "asin", "atan2", "bilinear", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cdist", "cosh", "cosine_embedding_loss",
+    "cosine_similarity", "cross_entropy_loss", "dist", "div", "divide", "embedding",
+    "embedding_bag", "erfinv", "exp", "expm1", "hinge_embedding_loss", "huber_loss", "kl_div",
+    "l1_loss", "log", "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss",
+    "multi_margin_loss", "multilabel_margin_loss", "nll_loss", "pdist", "poisson_nll_loss",
+    "pow", "reciprocal", "renorm", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss",
+    "softplus", "tan", "topk", "triplet_margin_loss", "truediv", "true_divide"};
+const std::unordered_set<std::string> kLowerFirstOps{"layer_norm", "group_norm",
+                                                     "instance_norm", "batch_norm"};
+const std::unordered_set<std::string> kPromoteOps{"add", "addcmul", "addcdiv", "cat", "div",
+                                                  "exp", "mul", "pow", "sub", "iadd",
+                                                  "truediv", "stack"};
+
+std::unordered_set<std::string> autocast_list(const char* variable,
+                                              const std::unordered_set<std::string>& defaults) {
+  const char* path = std::getenv(variable);
+  if (path == nullptr) {
+    return defaults;
+  }
+  std::ifstream file(path);
+  if (!file.is_open()) {
+    TORCH_WARN("Failed to open file with ops to autocast: ", path, ". Default list loaded.");
+    return defaults;
+  }
+  std::unordered_set<std::string> ops;
+  for (std::string line; std::getline(file, line);) {
+    ops.insert(line);
+  }
+  return ops;
+}
+
+bool autocast_eligible(const at::Tensor& t) {
+  return t.defined() && t.is_hpu() && t.is_floating_point() && t.scalar_type() != at::kDouble;
+}
+
+// The widest floating type among the eligible inputs, starting from the autocast dtype
+// (ATen's promote_type rule: any float32 input makes it float32).
+void widen(at::ScalarType& current, const at::Tensor& t) {
+  if (!autocast_eligible(t)) {
+    return;
+  }
+  if (current != t.scalar_type()) {
+    current = at::kFloat;
+  }
+}
+
+at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType to) {
+  return autocast_eligible(t) && t.scalar_type() != to ? t.to(to) : t;
+}
+
+template <typename F>
+void for_each_tensor_arg(torch::jit::Stack* stack, size_t first, size_t count, F&& f) {
+  for (size_t i = first; i < first + count; ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      f(value, -1);
+    } else if (value.isTensorList() || value.isList()) {
+      f(value, 0);
+    }
+  }
+}
+
+template <CastPolicy P>
+void autocast_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                     torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastHPU);
+  const size_t count = op.schema().arguments().size();
+  const size_t first = stack->size() - count;
+  at::ScalarType to = at::autocast::get_autocast_dtype(at::kHPU);
+  if constexpr (P == CastPolicy::fp32) {
+    to = at::kFloat;
+  }
+  if constexpr (P == CastPolicy::promote) {
+    for_each_tensor_arg(stack, first, count, [&](c10::IValue& value, int) {
+      if (value.isTensor()) {
+        widen(to, value.toTensor());
+      } else {
+        for (const c10::IValue& item : value.toListRef()) {
+          if (item.isTensor()) {
+            widen(to, item.toTensor());
+          }
+        }
+      }
+    });
+  }
+  const size_t cast_count = P == CastPolicy::lower_first_arg ? 1 : count;
+  for_each_tensor_arg(stack, first, cast_count, [&](c10::IValue& value, int) {
+    if (value.isTensor()) {
+      value = autocast_cast(value.toTensor(), to);
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> cast;
+      for (const at::Tensor& t : value.toTensorVector()) {
+        cast.push_back(autocast_cast(t, to));
+      }
+      value = c10::IValue(cast);
+    }
+  });
+  op.callBoxed(stack);
+}
+
+}  // namespace hpu_emu
+
 TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
-#define HPU_LOWER_PRECISION(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, lower_precision_fp)
-#define HPU_FP32(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32)
-#define HPU_FP32_SET_OPT_DTYPE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32_set_opt_dtype)
-#define HPU_PROMOTE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, promote)
-#define HPU_DIFFERENT_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
-                                 REDISPATCH_SIGNATURE, POLICY)                       \
-  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::HPU, REDISPATCH_FUNC,       \
-                                        REGISTER_NAME, REGISTER_SIGNATURE,           \
-                                        REDISPATCH_SIGNATURE, POLICY)
-
-namespace at::autocast {  // the policy macros name ATen types unqualified
 TORCH_LIBRARY_IMPL(aten, AutocastHPU, m) {
-  AT_FORALL_LOWER_PRECISION_FP(HPU_LOWER_PRECISION)
-  AT_FORALL_FP32(HPU_FP32)
-  AT_FORALL_FP32_SET_OPT_DTYPE(HPU_FP32_SET_OPT_DTYPE)
-  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(HPU_DIFFERENT_REDISPATCH)
-  AT_FORALL_PROMOTE(HPU_PROMOTE)
+  using hpu_emu::CastPolicy;
+  const auto lower = hpu_emu::autocast_list("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST",
+                                            hpu_emu::kDefaultLowerOps);
+  const auto fp32 =
+      hpu_emu::autocast_list("PT_HPU_AUTOCAST_FP32_OPS_LIST", hpu_emu::kDefaultFp32Ops);
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    const std::string base = name.name.substr(6);
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle || handle->schema().is_mutable()) {  // out= overloads keep no policy
+      continue;
+    }
+    std::string op = base;
+    if (!name.overload_name.empty()) {
+      op += "." + name.overload_name;
+    }
+    if (lower.count(base)) {
+      if (hpu_emu::kLowerFirstOps.count(base)) {
+        m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                               &hpu_emu::autocast_kernel<CastPolicy::lower_first_arg>>());
+      } else {
+        m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                               &hpu_emu::autocast_kernel<CastPolicy::lower>>());
+      }
+    } else if (fp32.count(base)) {
+      m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                             &hpu_emu::autocast_kernel<CastPolicy::fp32>>());
+    } else if (hpu_emu::kPromoteOps.count(base)) {
+      m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                             &hpu_emu::autocast_kernel<CastPolicy::promote>>());
+    }
+  }
 }
-}  // namespace at::autocast
 
 // ---------------------------------------------------------------- CPU kernels first
 
