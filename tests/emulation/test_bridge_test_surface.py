@@ -156,3 +156,32 @@ def test_hpu_deterministic_switch_is_the_bridges_own_and_deprecated(run):
         a = torch.randn(64, 64)
         torch.testing.assert_close((a.to("hpu") @ a.to("hpu")).cpu(), a @ a)
         """)
+
+
+def test_hpu_set_inference_env_gives_the_model_back_with_conv_and_batch_norm_fused(run):
+    # the bridge's compile/test_compile_conv_bn.py: model = htcore.hpu_set_inference_env(model)
+    run("""
+        import torch
+        import habana_frameworks.torch.core as htcore
+
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                                    torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1))
+        model[1].running_mean.normal_()
+        model[1].running_var.uniform_(0.5, 2.0)
+        model.eval()
+        x = torch.randn(2, 3, 8, 8)
+        with torch.no_grad():
+            expected = model(x)
+        fused = htcore.hpu_set_inference_env(model)
+        assert isinstance(fused, torch.fx.GraphModule) and fused is not model
+        called = [n.target for n in fused.graph.nodes if n.op == "call_module"]
+        assert called == ["0", "2", "3"], called  # the batch norm is in the convolution
+        with torch.no_grad():
+            got = fused.to("hpu")(x.to("hpu"))
+        torch.testing.assert_close(got.cpu(), expected, rtol=1e-5, atol=1e-5)
+        assert isinstance(model[1], torch.nn.BatchNorm2d)  # the caller's model is unchanged
+        assert htcore.hpu_set_inference_env() is None
+        assert htcore.hpu_set_env(model.train()) is model  # training: nothing to fuse
+        assert htcore.hpu_set_inference_env(model.eval().to("hpu")) is model  # CPU only
+        htcore.hpu_teardown_inference_env()
+        """)
