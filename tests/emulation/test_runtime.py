@@ -93,6 +93,49 @@ def test_hpu_streams_take_hpu_events_as_the_bridges_do(run):
     assert out.stdout.split() == ["Event", "Stream", "True"]
 
 
+def test_hpu_streams_are_distinct_and_the_current_one_is_per_thread_as_the_bridges(run):
+    # the bridge's eager/test_hpu_streams.py and HPUStream.cpp: a new stream has an id of its
+    # own, the default stream is id 0 and current until set, the stream context sets and
+    # restores it, per thread; a device without an index is the current device
+    run("""
+        import threading
+        import torch
+        import habana_frameworks.torch as ht
+
+        s1, s2, default = ht.hpu.Stream(), ht.hpu.Stream(), ht.hpu.default_stream()
+        assert default.id() == 0 and len({s1.id(), s2.id(), 0}) == 3
+        assert s1 != s2 and s1 != default and ht.hpu.current_stream() == default
+        with ht.hpu.stream(s1):
+            assert ht.hpu.current_stream() == s1
+            assert ht.hpu.default_stream() == default
+            seen = []
+            worker = threading.Thread(target=lambda: seen.append(ht.hpu.current_stream().id()))
+            worker.start()
+            worker.join()
+            assert seen == [0]  # another thread keeps its own current stream
+            with ht.hpu.stream(None):
+                assert ht.hpu.current_stream() == s1
+        assert ht.hpu.current_stream() == default
+        ht.hpu.set_stream(s2)
+        assert ht.hpu.current_stream().id() == s2.id()
+        ht.hpu.set_stream(ht.hpu.default_stream())
+        assert ht.hpu.get_stream_info(s1) == (torch.device("hpu", 0), s1.id())
+        # torch's own stream API sees the same streams on the current device, not index -1
+        assert torch.Stream(device="hpu").device_index == 0
+        assert ht.hpu.Stream(device_index=-1).device_index == 0
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and str(accelerator.current_accelerator()) == "hpu":
+            with ht.hpu.stream(s2):
+                assert accelerator.current_stream().stream_id == s2.id()
+        # work on any stream gives the CPU's result
+        a = torch.randn(4, 4)
+        with ht.hpu.stream(s1):
+            got = (a.to("hpu") @ a.to("hpu")).cpu()
+        s1.synchronize()
+        assert torch.equal(got, a @ a)
+    """)
+
+
 def test_training_step_equals_cpu(run):
     run("""
         import copy, torch

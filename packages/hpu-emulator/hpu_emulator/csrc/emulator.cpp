@@ -53,6 +53,8 @@ struct Config {
 
 Config g_config;
 thread_local c10::DeviceIndex t_current_device = 0;
+thread_local c10::StreamId t_current_stream = 0;  // the default stream
+std::atomic<c10::StreamId> g_next_stream{1};
 std::atomic<uint64_t> g_fallback_calls{0};
 
 // The emulator's own counters (the bridge has none of these; packages/hpu-emulator/hpu_emulator/counters.py
@@ -312,14 +314,25 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
       t_current_device = 0;
     }
   }
+  // Streams as the bridge's (HPUStream.cpp): the default stream is id 0, each new stream
+  // gets an id of its own, the current stream is per thread (the default one at first), and
+  // a device without an index is the current device. Work runs at once on every stream.
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::UNSAFE, indexed(d), t_current_stream);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::UNSAFE, indexed(d), g_next_stream.fetch_add(1));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    c10::Stream old = getStream(s.device());
+    t_current_stream = s.id();
+    return old;
+  }
+  static c10::Device indexed(c10::Device d) {
+    return d.has_index() ? d : c10::Device(c10::DeviceType::HPU, t_current_device);
   }
   // One device in play, as the real guard reports: torch (the autograd engine's device
   // threads, for one) then never switches a thread to another index.
@@ -1553,6 +1566,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_device", [](int index) {
     hpu_emu::check_index(static_cast<c10::DeviceIndex>(index));
     hpu_emu::t_current_device = static_cast<c10::DeviceIndex>(index);
+  });
+  m.def("current_stream", [] { return static_cast<int64_t>(hpu_emu::t_current_stream); });
+  m.def("set_current_stream", [](int64_t id) {
+    hpu_emu::t_current_stream = static_cast<c10::StreamId>(id);
   });
   m.def("memory_stats", &memory_stats);
   m.def("reset_peak_memory_stats", &reset_peak);
