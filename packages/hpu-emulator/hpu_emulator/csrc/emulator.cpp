@@ -75,6 +75,9 @@ thread_local int t_launch_depth = 0;
 // tensor sizes, strides, dtypes, scalar arguments) since the last step so that mark_step can
 // key the recipe cache on the graph (packages/hpu-emulator/hpu_emulator/lazy.py). Off in eager mode.
 std::atomic<bool> g_lazy_trace{false};
+// PT_HPU_LAZY_MODE=1: the bridge's lazy ops take CPU tensors as inputs (LazyOp::set_inputs
+// moves each one to the device), where eager ops refuse them as CUDA does.
+std::atomic<bool> g_lazy_mode{false};
 std::mutex g_lazy_mutex;
 constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
 uint64_t g_lazy_hash = kFnvOffset;
@@ -790,6 +793,7 @@ struct FallbackState {
   c10::DeviceIndex device = -1;
   bool has_hpu = false;
   bool cpu_operand = false;  // a CPU tensor of one or more dims beside HPU ones
+  int moved_inputs = 0;      // CPU inputs a lazy op takes to the device (copies to count)
   const char* op_name = nullptr;
 };
 
@@ -801,7 +805,7 @@ struct FallbackState {
 }
 
 at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
-                      bool written = false) {
+                      bool written = false, bool lazy_input = false) {
   if (!t.defined()) {
     return t;
   }
@@ -830,7 +834,11 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
   }
   if (t.device().is_cpu()) {
     if (strict && t.dim() != 0) {
-      st.cpu_operand = true;  // an error once an HPU operand is seen
+      if (lazy_input) {
+        ++st.moved_inputs;  // the bridge copies it to the device; its CPU kernel reads it
+      } else {
+        st.cpu_operand = true;  // an error once an HPU operand is seen
+      }
     }
     if (t.has_storage()) {
       st.cpu_inputs.push_back(t.storage().unsafeGetStorageImpl());
@@ -1005,7 +1013,10 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (iv.isTensor()) {
       bool written = is_written(arguments[i]);
       any_written |= written;
-      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true, written);
+      // The bridge's lazy ops move a Tensor argument (not a list's) from the host; one
+      // they write stays refused (the write would reach a copy, never the caller's tensor).
+      bool lazy_input = !written && g_lazy_mode.load(std::memory_order_relaxed);
+      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true, written, lazy_input);
     } else if (iv.isTensorList()) {
       bool written = is_written(arguments[i]);
       any_written |= written;
@@ -1078,6 +1089,9 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (st.has_hpu && st.cpu_operand) {
     device_mismatch(st, "cpu");
+  }
+  if (st.has_hpu && st.moved_inputs > 0) {
+    g_copies_h2d.fetch_add(st.moved_inputs, std::memory_order_relaxed);
   }
   if (has_generator_slot) {
     for (auto i : generator_slots) {
@@ -1599,6 +1613,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (hpu_emu::t_launch_depth > 0) --hpu_emu::t_launch_depth;
   });
   m.def("lazy_trace", [](bool on) { hpu_emu::g_lazy_trace.store(on); });
+  m.def("lazy_mode", [](bool on) { hpu_emu::g_lazy_mode.store(on); });
   m.def("lazy_take", [] {
     std::lock_guard<std::mutex> guard(hpu_emu::g_lazy_mutex);
     auto taken = std::make_pair(hpu_emu::g_lazy_hash, hpu_emu::g_lazy_ops);
