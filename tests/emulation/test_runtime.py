@@ -133,6 +133,22 @@ def test_hpu_streams_are_distinct_and_the_current_one_is_per_thread_as_the_bridg
             got = (a.to("hpu") @ a.to("hpu")).cpu()
         s1.synchronize()
         assert torch.equal(got, a @ a)
+
+        # and under torch.compile, in one graph (the bridge's compile/test_hpu_ctx_manager.py)
+        def fn(x):
+            s = ht.hpu.Stream()
+            x = torch.add(torch.mul(x, 5), 2)
+            current = ht.hpu.current_stream()
+            s.wait_stream(current)
+            with ht.hpu.stream(s):
+                x = torch.relu(x)
+            current.wait_stream(s)
+            ht.hpu.set_stream(ht.hpu.default_stream())
+            return torch.cos(torch.add(x, 1))
+
+        x = torch.randn(2, 2, device="hpu")
+        compiled = torch.compile(fn, backend="hpu_backend", fullgraph=True)
+        assert torch.equal(compiled(x).cpu(), fn(x).cpu())
     """)
 
 

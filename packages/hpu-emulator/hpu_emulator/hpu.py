@@ -318,18 +318,24 @@ class Event:
 
 
 def current_stream(device: Any = None) -> Stream:
-    """This thread's current stream (the default one until ``set_stream`` or ``stream``)."""
+    """This thread's current stream (the default one until ``set_stream`` or ``stream``).
+    Inside a function dynamo traces, a stream object of the device: the current stream is the
+    runtime's host state, which a trace cannot read, and work on every stream is the same."""
+    if torch.compiler.is_compiling():
+        return Stream(device)
     return Stream(stream_id=_ext().current_stream(), device_index=_index(device))
 
 
 def default_stream(device: Any = None) -> Stream:
+    if torch.compiler.is_compiling():  # as current_stream
+        return Stream(device)
     return Stream(stream_id=0, device_index=_index(device))
 
 
 def set_stream(stream: Any) -> None:
     """Make ``stream`` this thread's current stream (``None``: no change). As the bridge, a
     change of stream in lazy mode first runs the accumulated graph (a step mark)."""
-    if stream is None:
+    if stream is None or torch.compiler.is_compiling():  # host state: see current_stream
         return
     if stream.stream_id != _ext().current_stream():
         from hpu_emulator import lazy
