@@ -185,3 +185,43 @@ def test_hpu_set_inference_env_gives_the_model_back_with_conv_and_batch_norm_fus
         assert htcore.hpu_set_inference_env(model.eval().to("hpu")) is model  # CPU only
         htcore.hpu_teardown_inference_env()
         """)
+
+
+def test_shared_layer_fallbacks_and_graph_logs_as_the_bridges_tests_read_them(run):
+    # the bridge's test_utils: clear_t_compile_logs / check_ops_executed_in_jit_ir read the
+    # "requires fallback" lines and the JIT IR log; compile/test_dynamo_utils.py extends
+    # hpu_fallback_op_list and counts the op as eager
+    run("""
+        import pytest, torch
+        import habana_frameworks.torch.dynamo.compile_backend
+        from habana_frameworks.torch.dynamo.compile_backend import config
+        from habana_frameworks.torch.dynamo.compile_backend.passes import logger as graph_logger
+        from habana_frameworks.torch.dynamo.compile_backend.shared_layer import (
+            hpu_fallback_op_list, logger as fallback_logger)
+        from habana_frameworks.torch.utils.debug.dynamo_utils import FxGraphAnalyzer
+
+        graph_logger.set_store_data(True)
+        fallback_logger.set_store_data(True)
+        fn = torch.compile(lambda a, b: torch.relu(a + b) * 2, backend="hpu_backend")
+        a, b = torch.randn(4, device="hpu"), torch.randn(4, device="hpu")
+        torch.testing.assert_close(fn(a, b).cpu(), (torch.relu(a + b) * 2).cpu())
+        assert "[PT_COMPILE] Node: add requires fallback: False" in fallback_logger.data
+        ir = next(log for log in graph_logger.data if "####PyTorch-generated JIT IR" in log)
+        assert "aten::add(" in ir and "aten::relu(" in ir and "aten::mul(" in ir, ir
+
+        hpu_fallback_op_list.add("randint")
+        def draw(t):
+            return torch.randint(0, 10, (4,), device="hpu") + t
+        with FxGraphAnalyzer(reset_dynamo=True) as fga:
+            torch.compile(draw, backend="hpu_backend")(a)
+        (graph,) = fga.get_ops_summary()
+        randint = next(v for k, v in graph.items() if "randint" in k)
+        assert (randint.graph_count, randint.eager_count) == (0, 1), graph
+        assert graph["torch.ops.aten.add.Tensor"].graph_count == 1
+        assert "[PT_COMPILE] Node: randint requires fallback: True" in fallback_logger.data
+        # without the eager fallback such a node is refused, with the bridge's assertion
+        config.use_eager_fallback = False
+        torch._dynamo.reset()
+        with pytest.raises(Exception, match="Node: randint requires fallback: True"):
+            torch.compile(draw, backend="hpu_backend")(a)
+        """)

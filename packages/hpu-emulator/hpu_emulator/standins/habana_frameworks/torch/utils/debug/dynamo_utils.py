@@ -4,11 +4,11 @@ which counts the ops of every graph ``hpu_backend`` compiles while it is entered
 Per compiled graph (a forward, a backward or an inference graph) it keeps a dictionary from
 each op (``torch.ops.aten.add.Tensor``) to an ``OpCount``: ``graph_count`` for the times it
 runs inside a compiled device graph, ``eager_count`` for the times the bridge left it to run
-eagerly outside one. The emulator compiles each FX graph whole into one device graph and
-leaves nothing out, so every op is counted in ``graph_count`` and a graph with ops on
-``hpu`` is one partition; the bridge may split a graph or leave ops eager (its eager
-fallback, ops it has no graph kernel for), which tests of its partitioner count.
-Only ops whose output is on ``hpu`` count, unless ``capture_non_hpu_output``.
+eagerly outside one. Which ops leave is ``compile_backend.shared_layer``'s answer (the
+bridge's own fallback rules; an op its graph compiler has no kernel for is not modelled).
+The emulator runs each graph's device ops as one partition, so a graph with ops on ``hpu``
+counts one; the bridge's partitioner may split one graph into several. Only ops whose
+output is on ``hpu`` count, unless ``capture_non_hpu_output``.
 """
 
 import atexit
@@ -17,6 +17,7 @@ from collections import defaultdict
 from typing import Any, ClassVar
 
 import torch
+from habana_frameworks.torch.dynamo.compile_backend import shared_layer
 from habana_frameworks.torch.dynamo.debug_utils.logger import get_compile_backend_logger
 
 from hpu_emulator import dynamo as _dynamo
@@ -26,11 +27,15 @@ logger = get_compile_backend_logger()
 
 def _output_device(node: torch.fx.Node) -> torch.device | None:
     """Where the node's (first tensor) output lives, from the fake value AOT autograd
-    traced it with."""
+    traced it with; a number read from a tensor (``.item()``) is the host's."""
     value = node.meta.get("val")
     if isinstance(value, (list, tuple)):
         value = next((v for v in value if isinstance(v, torch.Tensor)), None)
-    return value.device if isinstance(value, torch.Tensor) else None
+    if isinstance(value, torch.Tensor):
+        return value.device
+    if isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return torch.device("cpu")
+    return None
 
 
 class FxGraphAnalyzer:
@@ -92,11 +97,14 @@ class FxGraphAnalyzer:
             if device is None or (device.type != "hpu" and not self.capture_non_hpu_output):
                 continue
             count = ops[node._pretty_print_target(node.target)]
-            if in_submodule:
+            # the device graph holds the ops on hpu the shared layer keeps; a host result
+            # (.item()) and a fallback run outside it
+            if (in_submodule and device.type == "hpu"
+                    and not node.meta.get(shared_layer.META_KEY, False)):
                 count.graph_count += 1
+                counted = True
             else:
                 count.eager_count += 1
-            counted = True
         if counted:
             self.partition_num += 1
         if ops_in_graph is None:
