@@ -185,6 +185,44 @@ def test_transformer_engine_linear_trains_in_fp8_like_the_reference(run, generat
     assert "accelerate fp8 hpu 2 True True" in lines
 
 
+def test_delayed_scaling_advances_in_hpu_graph_replays(run):
+    # an fp8 layer stepped outside a graph once, then captured and replayed (lazy mode, as
+    # optimum-habana's HPU graphs run it): each replay rolls the amax history and rescales
+    # from it, so the graph gives the eager layer's outputs, history and scales step by step
+    run("""
+        import copy
+        import torch
+        import habana_frameworks.torch as ht
+        import habana_frameworks.torch.hpex.experimental.transformer_engine as te
+        from habana_frameworks.torch.hpex.experimental.transformer_engine.recipe import (
+            DelayedScaling, Format)
+
+        torch.manual_seed(0)
+        recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=4)
+        eager = te.Linear(16, 8).to("hpu")
+        graphed = copy.deepcopy(eager)
+        xs = [torch.randn(4, 16, device="hpu") * 2.0 ** i for i in range(6)]
+        static_x = xs[0].clone()
+        g = ht.hpu.HPUGraph()
+        with torch.no_grad(), te.fp8_autocast(enabled=True, fp8_recipe=recipe):
+            first = eager(xs[0]).cpu()
+            assert torch.equal(graphed(static_x).cpu(), first)  # makes the scaling state
+            g.capture_begin()
+            static_y = graphed(static_x)
+            g.capture_end()
+            assert torch.equal(static_y.cpu(), eager(xs[0]).cpu())
+            for x in xs[1:]:
+                static_x.copy_(x)
+                g.replay()
+                expected = eager(x)
+                assert torch.equal(static_y.cpu(), expected.cpu())
+        got, want = graphed.fp8_meta["scaling_fwd"], eager.fp8_meta["scaling_fwd"]
+        assert torch.equal(got.amax_history.cpu(), want.amax_history.cpu())
+        assert torch.equal(got.scale.cpu(), want.scale.cpu())
+        assert want.scale.cpu().tolist() != [1.0, 1.0]  # the scales did move
+        """, {"PT_HPU_LAZY_MODE": "1"})
+
+
 def test_fp8_is_refused_on_first_generation_gaudi_with_the_transformer_engine_message(run):
     out = run(GAUDI1, {"HPU_PLUGIN_EMULATE": "gaudi"}).stdout
     assert "available (False, 'FP8 not supported on Gaudi, Gaudi2 or higher required')" in out

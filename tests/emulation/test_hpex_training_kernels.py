@@ -123,6 +123,15 @@ for reduction in ("mean", "sum", "none"):
     both(lambda lp, t, il, tl: CTCLoss.apply(lp, t, il, tl, 0, reduction, True),
          lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl, reduction=reduction, zero_infinity=True),
          [log_probs, targets, *lengths], "float32", f"CTCLoss {reduction}")
+# unbatched, as the bridge's test_hpu_target_unpadded_unbatched_ctc_loss: one sample, (T, C)
+# log-probabilities, (S,) targets, 0-dim lengths; its unreduced loss is the bridge's (1,)
+one = [torch.randn(T, C).log_softmax(-1), torch.randint(1, C, (4,)), torch.tensor(T),
+       torch.tensor(4)]
+for reduction in ("mean", "sum", "none"):
+    both(lambda lp, t, il, tl: CTCLoss.apply(lp, t, il, tl, 0, reduction).sum(),
+         lambda lp, t, il, tl: F.ctc_loss(lp, t, il, tl, reduction=reduction).sum(),
+         one, "float32", f"CTCLoss unbatched {reduction}")
+assert CTCLoss.apply(*(t.to("hpu") for t in one), 0, "none").shape == (1,)
 
 def model_and_data(device, seed=0):
     torch.manual_seed(seed)
@@ -222,7 +231,7 @@ def results(emulator_built: None) -> dict[str, list]:
 
 
 def test_every_case_ran(results):
-    assert len(results) == 19, sorted(results)
+    assert len(results) == 22, sorted(results)
 
 
 @pytest.mark.parametrize("kind", ["float32", "bfloat16", "optimizer", "fp8 moments"])

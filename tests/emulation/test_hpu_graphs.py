@@ -226,3 +226,85 @@ def test_hpu_graphs_are_lazy_mode_only_as_on_the_bridge(run):
             raise AssertionError("an HPU graph in eager mode was accepted")
         print("ok")
     """, {"PT_HPU_LAZY_MODE": "0"})
+
+
+def test_a_dry_run_capture_draws_no_random_numbers_and_writes_no_tensor(run):
+    # the bridge's lazy/test_hpu_graph.py test_module_cacher_propnet_rand: a model that draws
+    # its input in place (normal_) trained through ModuleCacher(dry_run=True) gives the plain
+    # model's outputs from the same seed; the bridge builds a dry-run graph without launching
+    # it, so the first replay is the first draw and the first write
+    run("""
+        import torch
+        import habana_frameworks.torch as ht
+
+        class PropRand(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin1, self.lin2 = torch.nn.Linear(20, 25), torch.nn.Linear(25, 3)
+
+            def forward(self, inp):
+                inp.normal_()
+                return self.lin2(self.lin1(inp).relu()).relu()
+
+        def train(model, inputs):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            torch.manual_seed(0)
+            outs = []
+            for i, t in enumerate(inputs):
+                if hasattr(model, "set_iteration_count"):
+                    model.set_iteration_count(i)
+                out = model(t.to("hpu"))
+                torch.nn.functional.mse_loss(out.sum(), torch.tensor(1.0, device="hpu")).backward()
+                ht.core.mark_step()
+                opt.step()
+                ht.core.mark_step()
+                outs.append(out.cpu())
+            return outs
+
+        torch.manual_seed(123)
+        plain = PropRand().to("hpu")
+        torch.manual_seed(123)
+        cached = ht.hpu.ModuleCacher()(model=PropRand().to("hpu"), inplace=True,
+                                       have_grad_accumulation=True, allow_unused_input=True,
+                                       dry_run=True)
+        inputs = [torch.rand(1, 20) for _ in range(4)]
+        for got, expected in zip(train(cached, inputs), train(plain, inputs)):
+            torch.testing.assert_close(got, expected)
+
+        # a dry-run capture of its own: the generator and a tensor it writes are as before
+        # until the replay, which draws and writes once
+        counter = torch.zeros(4, device="hpu")
+        torch.manual_seed(1)
+        g = ht.hpu.HPUGraph()
+        g.capture_begin(dry_run=True)
+        counter.add_(1)
+        noise = torch.rand(4, device="hpu")
+        g.capture_end()
+        assert counter.cpu().tolist() == [0.0] * 4, counter.cpu()
+        g.replay()
+        torch.manual_seed(1)
+        assert torch.equal(noise.cpu(), torch.rand(4, device="hpu").cpu())
+        assert counter.cpu().tolist() == [1.0] * 4
+
+        # wrap_in_hpu_graph(dry_run=True) replays right after the capture, as the bridge:
+        # a module's in-place update happens once a call
+        class Count(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("calls", torch.zeros(()))
+
+            def forward(self, x):
+                self.calls += 1
+                return torch.nn.functional.dropout(x, 0.5) + self.calls
+
+        for disable_tensor_cache in (False, True):
+            module, reference = Count().to("hpu"), Count().to("hpu")
+            wrapped = ht.hpu.wrap_in_hpu_graph(module, dry_run=True,
+                                               disable_tensor_cache=disable_tensor_cache)
+            torch.manual_seed(5)
+            got = [wrapped(torch.ones(8, device="hpu")).cpu() for _ in range(3)]
+            torch.manual_seed(5)
+            expected = [reference(torch.ones(8, device="hpu")).cpu() for _ in range(3)]
+            assert module.calls.item() == 3
+            assert all(torch.equal(a, b) for a, b in zip(got, expected))
+        """, LAZY)

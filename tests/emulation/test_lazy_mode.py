@@ -65,3 +65,41 @@ def test_mark_step_runs_the_accumulated_graph_and_lazy_mode_keeps_its_refusals(r
         print("lazy", torch.hpu.is_available())
     """, {**LAZY, "PT_ENABLE_INT64_SUPPORT": "1"})
     assert "lazy True" in out.stdout
+
+
+def test_lazy_ops_take_cpu_tensors_as_inputs_as_the_bridges_and_eager_ops_refuse_them(run):
+    # the bridge's lazy ops move each CPU Tensor argument to the device (LazyOp::set_inputs),
+    # as its lazy/test_dtype_host_cast.py and test_lazy_tensor_resize.py rely on; a tensor
+    # list is not moved, nor is a CPU tensor the op would write; eager mode refuses as CUDA
+    script = """
+        import torch
+        from hpu_emulator import counters
+
+        h = torch.arange(6.0).to("hpu")
+        c = torch.arange(6.0)
+        refused = []
+        calls = [
+            ("eq", lambda: torch.eq(c, h)),
+            ("add", lambda: h + c),
+            ("index_copy_", lambda: torch.zeros(4, 6, device="hpu").index_copy_(
+                0, torch.tensor([1]).to("hpu"), c.reshape(1, 6))),
+            ("cat", lambda: torch.cat([h, c])),
+            ("add_ into cpu", lambda: c.add_(h)),
+        ]
+        for name, call in calls:
+            try:
+                counters.reset()
+                out = call()
+                assert out.device.type == "hpu", out.device
+                assert counters.snapshot()["copies_h2d"] >= 1  # the copy the bridge makes
+                if name == "eq":
+                    assert out.cpu().all()
+            except RuntimeError as exc:
+                assert "Expected all tensors to be on the same device" in str(exc), exc
+                refused.append(name)
+        print("REFUSED", refused)
+    """
+    lazy = run(script, LAZY).stdout
+    assert "REFUSED ['cat', 'add_ into cpu']" in lazy, lazy
+    eager = run(script).stdout
+    assert "REFUSED ['eq', 'add', 'index_copy_', 'cat', 'add_ into cpu']" in eager, eager

@@ -93,6 +93,65 @@ def test_hpu_streams_take_hpu_events_as_the_bridges_do(run):
     assert out.stdout.split() == ["Event", "Stream", "True"]
 
 
+def test_hpu_streams_are_distinct_and_the_current_one_is_per_thread_as_the_bridges(run):
+    # the bridge's eager/test_hpu_streams.py and HPUStream.cpp: a new stream has an id of its
+    # own, the default stream is id 0 and current until set, the stream context sets and
+    # restores it, per thread; a device without an index is the current device
+    run("""
+        import threading
+        import torch
+        import habana_frameworks.torch as ht
+
+        s1, s2, default = ht.hpu.Stream(), ht.hpu.Stream(), ht.hpu.default_stream()
+        assert default.id() == 0 and len({s1.id(), s2.id(), 0}) == 3
+        assert s1 != s2 and s1 != default and ht.hpu.current_stream() == default
+        with ht.hpu.stream(s1):
+            assert ht.hpu.current_stream() == s1
+            assert ht.hpu.default_stream() == default
+            seen = []
+            worker = threading.Thread(target=lambda: seen.append(ht.hpu.current_stream().id()))
+            worker.start()
+            worker.join()
+            assert seen == [0]  # another thread keeps its own current stream
+            with ht.hpu.stream(None):
+                assert ht.hpu.current_stream() == s1
+        assert ht.hpu.current_stream() == default
+        ht.hpu.set_stream(s2)
+        assert ht.hpu.current_stream().id() == s2.id()
+        ht.hpu.set_stream(ht.hpu.default_stream())
+        assert ht.hpu.get_stream_info(s1) == (torch.device("hpu", 0), s1.id())
+        # torch's own stream API sees the same streams on the current device, not index -1
+        assert torch.Stream(device="hpu").device_index == 0
+        assert ht.hpu.Stream(device_index=-1).device_index == 0
+        accelerator = getattr(torch, "accelerator", None)
+        if accelerator is not None and str(accelerator.current_accelerator()) == "hpu":
+            with ht.hpu.stream(s2):
+                assert accelerator.current_stream().stream_id == s2.id()
+        # work on any stream gives the CPU's result
+        a = torch.randn(4, 4)
+        with ht.hpu.stream(s1):
+            got = (a.to("hpu") @ a.to("hpu")).cpu()
+        s1.synchronize()
+        assert torch.equal(got, a @ a)
+
+        # and under torch.compile, in one graph (the bridge's compile/test_hpu_ctx_manager.py)
+        def fn(x):
+            s = ht.hpu.Stream()
+            x = torch.add(torch.mul(x, 5), 2)
+            current = ht.hpu.current_stream()
+            s.wait_stream(current)
+            with ht.hpu.stream(s):
+                x = torch.relu(x)
+            current.wait_stream(s)
+            ht.hpu.set_stream(ht.hpu.default_stream())
+            return torch.cos(torch.add(x, 1))
+
+        x = torch.randn(2, 2, device="hpu")
+        compiled = torch.compile(fn, backend="hpu_backend", fullgraph=True)
+        assert torch.equal(compiled(x).cpu(), fn(x).cpu())
+    """)
+
+
 def test_training_step_equals_cpu(run):
     run("""
         import copy, torch
@@ -126,11 +185,58 @@ def test_bf16_autocast(run):
             s = torch.log_softmax(y, -1)
         assert torch.get_autocast_dtype("hpu") == torch.bfloat16
         assert y.dtype == torch.bfloat16 and y.device.type == "hpu"
-        assert s.dtype == torch.float32
+        assert s.dtype == torch.bfloat16  # the bridge's lower-precision list has log_softmax
         with torch.autocast("cpu", dtype=torch.bfloat16):
             ref = lin.cpu()(x.cpu())
         assert torch.equal(y.cpu(), ref)
     """)
+
+
+def test_autocast_follows_the_bridges_op_lists_not_cudas(run, tmp_path):
+    # the bridge's own autocast test (any_mode/test_hpu_autocast.py), then ops whose policy
+    # on HPU differs from CUDA's: softmax, log_softmax, mul, mean in bf16 (CUDA: float32 or
+    # untouched), layer_norm casting its input only, div and exp in float32
+    run("""
+        import torch
+        import torch.nn.functional as F
+        a = torch.rand(5, 5, device="hpu") * 10
+        b = torch.rand(5, 5, device="hpu") * 10
+
+        def fn(a, b):
+            mm = torch.mm(a, b)
+            return mm, torch.log_softmax(mm, 0), torch.log_softmax(a, 0), torch.add(mm, mm)
+
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            got = fn(a, b)
+            add_float = torch.add(a, b)
+            mixed = torch.add(got[0], a)  # promote: the widest input
+            lower = [torch.softmax(a, -1), a * b, a.mean(), torch.mm(a, b) * a]
+            fp32 = [torch.mm(a, b) / 2, torch.mm(a, b).exp()]
+            w, bias = torch.rand(5, device="hpu"), torch.rand(5, device="hpu")
+            norm = F.layer_norm(a, (5,), w, bias)
+        ref = fn(a.bfloat16(), b.bfloat16())
+        for g, r in zip(got, ref):
+            assert g.dtype == torch.bfloat16 and torch.equal(g.cpu(), r.cpu())
+        assert add_float.dtype == torch.float32 and mixed.dtype == torch.float32
+        assert all(t.dtype == torch.bfloat16 for t in lower), [t.dtype for t in lower]
+        assert all(t.dtype == torch.float32 for t in fp32), [t.dtype for t in fp32]
+        assert norm.dtype == torch.bfloat16
+        assert torch.equal(norm.cpu(), F.layer_norm(a.bfloat16(), (5,), w, bias).cpu())
+        print("defaults ok")
+    """)
+    # the lists from files, as PT_HPU_AUTOCAST_*_OPS_LIST name them (the bridge's custom test)
+    (tmp_path / "lower.txt").write_text("add\nmm\n")
+    (tmp_path / "fp32.txt").write_text("matmul\n")
+    run("""
+        import torch
+        a = torch.rand(5, 5, device="hpu")
+        with torch.autocast("hpu", dtype=torch.bfloat16):
+            add, mm, matmul = torch.add(a, a), torch.mm(a, a), torch.matmul(a, a)
+            softmax = torch.softmax(a, -1)  # in no list now
+        assert add.dtype == mm.dtype == torch.bfloat16, (add.dtype, mm.dtype)
+        assert matmul.dtype == softmax.dtype == torch.float32, (matmul.dtype, softmax.dtype)
+    """, {"PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST": str(tmp_path / "lower.txt"),
+          "PT_HPU_AUTOCAST_FP32_OPS_LIST": str(tmp_path / "fp32.txt")})
 
 
 def test_rng_is_reproducible_and_only_device_0_has_state(run):
@@ -380,3 +486,23 @@ def test_the_emulators_patches_are_recorded_reversible_and_hook_through_one_find
         print("ok")
     """)
     assert out.stdout.strip().endswith("ok")
+
+
+def test_bool_tensors_cross_to_and_from_the_device_byte_for_byte(run):
+    # the bridge's lazy/test_hpu_view.py: a float tensor viewed as bool goes to the device
+    # and is viewed back; its copy moves bytes, where the CPU's bool copy makes them 0/1
+    run("""
+        import torch
+        a = torch.randn(8)
+        b_hpu = a.view(torch.bool).to("hpu")
+        assert torch.equal(b_hpu.view(torch.float).view(-1).cpu(), a)
+        raw = torch.tensor([0, 7, 200, 1], dtype=torch.uint8)
+        there = raw.view(torch.bool).to("hpu")
+        assert there.view(torch.uint8).cpu().tolist() == [0, 7, 200, 1]
+        assert there.cpu().view(torch.uint8).tolist() == [0, 7, 200, 1]  # and back
+        assert there.clone().view(torch.uint8).cpu().tolist() == [0, 7, 200, 1]
+        # an op on such bools treats every non-zero byte as true, as the CPU's kernels do
+        assert torch.equal(there.logical_not().cpu(), raw.view(torch.bool).logical_not())
+        # a bool from another dtype is still a cast (0/1)
+        assert torch.tensor([0.0, 3.5]).to("hpu").bool().view(torch.uint8).cpu().tolist() == [0, 1]
+    """)

@@ -9,10 +9,25 @@ hardware as here.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 REGISTRY = "torch._dynamo.backends.registry"
+
+#: Called with each FX graph ``hpu_backend`` compiles (forward, backward or inference) when
+#: it is compiled: the stand-in ``utils.debug.dynamo_utils.FxGraphAnalyzer`` counts its ops
+#: here, where the bridge counts them in a pass of its compiler.
+graph_observers: list[Callable[[Any], None]] = []
+
+
+def _observed(compiler: Callable[..., Any]) -> Callable[..., Any]:
+    def compile_graph(graph_module: Any, example_inputs: Any) -> Any:
+        for observe in list(graph_observers):
+            observe(graph_module)
+        return compiler(graph_module, example_inputs)
+
+    return compile_graph
 
 
 def hpu_backend(graph_module: Any, example_inputs: Any, **kwargs: Any) -> Any:
@@ -32,14 +47,15 @@ def hpu_backend(graph_module: Any, example_inputs: Any, **kwargs: Any) -> Any:
     from hpu_emulator.recipes import counted
 
     return aot_autograd(  # aot_eager's own recipe, with counting compilers
-        fw_compiler=counted(boxed_nop, "fwd"),
-        bw_compiler=counted(boxed_nop, "bwd"),
+        fw_compiler=_observed(counted(boxed_nop, "fwd")),
+        bw_compiler=_observed(counted(boxed_nop, "bwd")),
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )(graph_module, example_inputs)
 
 
-def _register(registry: ModuleType) -> None:
+def register(registry: ModuleType) -> None:
+    """Add ``hpu_backend`` to dynamo's backend ``registry`` unless it has one."""
     if "hpu_backend" not in registry._BACKENDS:
         registry.register_backend(name="hpu_backend")(hpu_backend)
 
@@ -48,4 +64,4 @@ def register_lazily() -> None:
     """Add ``hpu_backend`` now if dynamo's registry is loaded, else once it has loaded."""
     from hpu_plugin import importhook
 
-    importhook.when_imported(REGISTRY, _register, owner="emulator")
+    importhook.when_imported(REGISTRY, register, owner="emulator")

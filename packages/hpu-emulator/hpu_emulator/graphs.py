@@ -114,6 +114,67 @@ def _is_hpu(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.device.type == "hpu"
 
 
+class _DryRun:
+    """What a dry-run capture leaves as it found it: the HPU generator's state and the memory
+    of every tensor that existed before the capture began.
+
+    The bridge builds a dry-run capture's graph without launching it ("avoid actual launch of
+    recipe"): no random number is drawn and no tensor is written until the first replay, which
+    ``wrap_in_hpu_graph`` runs at once and a ``make_graphed_callables`` function runs at its
+    first call. The emulator runs the ops as it records them (they give the shapes and values
+    the caller's Python goes on with), so it saves the generator's state and, before the first
+    write into each storage the capture did not create, that storage's bytes, and puts both
+    back when the capture ends.
+    """
+
+    def __init__(self) -> None:
+        self.rng = torch.hpu.get_rng_state()
+        self.fresh: set[int] = set()  # storages the capture created
+        self.saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @staticmethod
+    def _written(func: Any, args: Any, kwargs: Any) -> Iterator[torch.Tensor]:
+        schema = getattr(func, "_schema", None)
+        if schema is None or not schema.is_mutable:
+            return
+        for position, argument in enumerate(schema.arguments):
+            if argument.alias_info is None or not argument.alias_info.is_write:
+                continue
+            if position < len(args):
+                value = args[position]
+            else:
+                value = kwargs.get(argument.name)
+            for leaf in tree_flatten(value)[0]:
+                if _is_hpu(leaf) and leaf.numel():
+                    yield leaf
+
+    def before(self, func: Any, args: Any, kwargs: Any) -> None:
+        for tensor in self._written(func, args, kwargs):
+            storage = tensor.untyped_storage()
+            pointer = storage.data_ptr()
+            if pointer in self.fresh or pointer in self.saved:
+                continue
+            whole = torch.empty(0, dtype=torch.uint8, device=tensor.device)
+            whole.set_(storage, 0, (storage.nbytes(),), (1,))
+            self.saved[pointer] = (whole, whole.clone())
+
+    def after(self, args: Any, kwargs: Any, out: Any) -> None:
+        inputs = {v.untyped_storage().data_ptr() for v in tree_flatten((args, kwargs))[0]
+                  if _is_hpu(v) and v.numel()}
+        for value in tree_flatten(out)[0]:
+            if _is_hpu(value) and value.numel():
+                pointer = value.untyped_storage().data_ptr()
+                if pointer not in inputs:
+                    self.fresh.add(pointer)
+
+    def undo(self) -> None:
+        with torch.no_grad():
+            for whole, before in self.saved.values():
+                whole.copy_(before)
+        self.saved.clear()
+        torch.hpu.set_rng_state(self.rng)
+
+
 class _Recorder(TorchDispatchMode):
     """Runs every op as usual and records those that touch ``hpu`` tensors."""
 
@@ -130,7 +191,12 @@ class _Recorder(TorchDispatchMode):
                 "Expected context->getCapturing() == false to be true, but got false. "
                 "collective nonSFG is not supported during hpu graph capturing"
             )
+        dry = self.owner._dry
+        if dry is not None:
+            dry.before(func, args, kwargs)
         out = func(*args, **kwargs)
+        if dry is not None:
+            dry.after(args, kwargs, out)
         self.owner._record(func, args, kwargs, out)
         return out
 
@@ -164,7 +230,7 @@ class HPUGraph:
         self._segments: list[_Segment] = []
         self._recorder: _Recorder | None = None
         self._capturing = False
-        self._dry_run = False
+        self._dry: _DryRun | None = None
         self._user_inputs: dict[int, int] = {}  # id(tensor) -> position
         self._user_input_refs: list[torch.Tensor] = []
         self._slots = 0
@@ -179,7 +245,7 @@ class HPUGraph:
                 raise _fatal("GRAPH:: graph Capture already in progress")
             lazy.flush()  # the bridge runs the accumulated graph before a capture
             self._segments = [_Segment()]
-            self._dry_run = dry_run
+            self._dry = _DryRun() if dry_run else None
             self._capturing = True
             _capturing.append(self)
             self._started = time.perf_counter_ns()
@@ -195,6 +261,9 @@ class HPUGraph:
             self._recorder = None
             self._capturing = False
             _capturing.remove(self)
+            if self._dry is not None:  # before the step mark: the undoing is no graph's work
+                self._dry.undo()
+                self._dry = None
             self._close_segment()
             self._user_input_refs = []  # the graph keeps no reference to marked inputs
 
@@ -638,8 +707,11 @@ def wrapped_hpugraph_forward(
             g.mark_user_outputs(extra + tensors)
             cache[key] = CachedParams((), outputs, g, [get_tensor_info(t) for t in tensors],
                                       asynchronous)
+            g.replayV3(list(user_inputs), asynchronous)  # a dry run's first run, as there
         else:
             cache[key] = CachedParams(inputs, outputs, g, None, asynchronous)
+            if dry_run:
+                g.replay(asynchronous)
         return outputs
     if warmup_mode:
         lazy.mark_step()

@@ -235,14 +235,28 @@ class device_of(device):
 # ------------------------------------------------------------------ streams and events
 
 
+#: ``c10::DeviceType::HPU``, the device type a ``torch.Stream`` of ``hpu`` carries.
+_HPU_DEVICE_TYPE = 15
+
+
 class Stream(torch.Stream):
-    """As the bridge's ``torch.hpu.Stream``: its event methods take its own
+    """As the bridge's ``torch.hpu.Stream``: ``Stream()`` is a new stream with an id of its
+    own (the default stream is id 0), and ``stream_id=`` / ``is_default_stream=`` name an
+    existing one, as its binding takes them. Its event methods take its own
     ``torch.hpu.Event`` (and torch's), through the event's ``record`` and ``wait``, as the
     bridge's do; torch's C++ ones take only a ``torch.Event`` (FSDP 2 waits on a
-    ``torch.hpu.Event`` on a ``torch.hpu.Stream``)."""
+    ``torch.hpu.Event`` on a ``torch.hpu.Stream``). Work on every stream runs at once."""
 
     def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
-        return super().__new__(cls, device=torch.device("hpu", _index(device)), priority=priority)
+        index = _index(kwargs.get("device_index", device))
+        if index < 0:  # the bridge's streams take -1 for the current device
+            index = current_device()
+        if kwargs.get("is_default_stream"):
+            kwargs["stream_id"] = 0
+        if "stream_id" in kwargs:
+            return super().__new__(cls, stream_id=int(kwargs["stream_id"]), device_index=index,
+                                   device_type=int(kwargs.get("device_type", _HPU_DEVICE_TYPE)))
+        return super().__new__(cls, device=torch.device("hpu", index), priority=priority)
 
     def wait_event(self, event: Any) -> None:
         event.wait(self)
@@ -255,6 +269,12 @@ class Stream(torch.Stream):
             event = Event()
         event.record(self)
         return event
+
+    def id(self) -> int:
+        return self.stream_id
+
+    def __repr__(self) -> str:
+        return f"<torch.hpu.Stream device=hpu:{self.device_index} hpu_stream={self.stream_id:#x}>"
 
 
 class Event:
@@ -298,19 +318,67 @@ class Event:
 
 
 def current_stream(device: Any = None) -> Stream:
-    return Stream(device)
+    """This thread's current stream (the default one until ``set_stream`` or ``stream``).
+    Inside a function dynamo traces, a stream object of the device: the current stream is the
+    runtime's host state, which a trace cannot read, and work on every stream is the same."""
+    if torch.compiler.is_compiling():
+        return Stream(device)
+    return Stream(stream_id=_ext().current_stream(), device_index=_index(device))
 
 
-default_stream = current_stream
-
-
-@contextlib.contextmanager
-def stream(stream: Any) -> Iterator[None]:
-    yield
+def default_stream(device: Any = None) -> Stream:
+    if torch.compiler.is_compiling():  # as current_stream
+        return Stream(device)
+    return Stream(stream_id=0, device_index=_index(device))
 
 
 def set_stream(stream: Any) -> None:
-    """A single synchronous stream per device."""
+    """Make ``stream`` this thread's current stream (``None``: no change). As the bridge, a
+    change of stream in lazy mode first runs the accumulated graph (a step mark)."""
+    if stream is None or torch.compiler.is_compiling():  # host state: see current_stream
+        return
+    if stream.stream_id != _ext().current_stream():
+        from hpu_emulator import lazy
+
+        if lazy.is_lazy():
+            lazy.flush()
+        _ext().set_current_stream(int(stream.stream_id))
+
+
+def _set_stream_by_id(stream_id: int, device_index: int, device_type: int) -> None:
+    set_stream(Stream(stream_id=stream_id, device_index=device_index, device_type=device_type))
+
+
+class StreamContext:
+    """``with torch.hpu.stream(s):``: ``s`` is the current stream inside, the one before it
+    after; ``None`` changes nothing."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.previous: Stream | None = None
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        self.previous = current_stream()
+        set_stream(self.stream)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.stream is not None and self.previous is not None:
+            set_stream(self.previous)
+
+
+def stream(stream: Any) -> StreamContext:
+    return StreamContext(stream)
+
+
+def get_stream_info(stream: Stream) -> tuple[torch.device, int]:
+    """``(device, stream id)``, as the bridge's binding gives them."""
+    return torch.device("hpu", _index(stream.device_index)), int(stream.stream_id)
+
+
+def record_stream(tensor: torch.Tensor, stream: Any) -> None:
+    """Memory is never reused under work still queued: there is none."""
 
 
 # ------------------------------------------------------------------ memory
@@ -488,6 +556,31 @@ def recompute_sdp_enabled() -> bool:
 
 
 set_autocast_hpu_dtype = set_autocast_dtype
+
+
+_deterministic = [False]
+
+
+def setDeterministic(val: bool) -> None:
+    """The bridge's own deterministic switch, apart from torch's
+    ``use_deterministic_algorithms`` (its kernels take either); deprecated there, with this
+    warning. The emulator's CPU kernels give the same results either way; it is kept."""
+    warnings.warn(
+        "torch.hpu.setDeterministic is deprecated and will be removed in next release. "
+        "Please use torch.use_deterministic_algorithms instead.",
+        stacklevel=2,
+    )
+    _deterministic[0] = bool(val)
+
+
+def getDeterministic() -> bool:
+    """The bridge's switch alone (False until ``setDeterministic(True)``), not torch's."""
+    warnings.warn(
+        "torch.hpu.getDeterministic is deprecated and will be removed in next release. "
+        "Please use torch.are_deterministic_algorithms_enabled instead.",
+        stacklevel=2,
+    )
+    return _deterministic[0]
 
 
 def is_autocast_hpu_enabled() -> bool:

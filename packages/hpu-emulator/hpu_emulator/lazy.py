@@ -38,9 +38,11 @@ def is_lazy() -> bool:
 
 
 def start() -> None:
-    """Turn the runtime's graph trace on in lazy mode (called once at emulator start)."""
+    """Turn the runtime's graph trace on in lazy mode, and its lazy-mode acceptance of CPU
+    inputs (called once at emulator start)."""
     if is_lazy():
         runtime.extension().lazy_trace(True)
+        runtime.extension().lazy_mode(True)
 
 
 class LazyModeRequired(RuntimeError):

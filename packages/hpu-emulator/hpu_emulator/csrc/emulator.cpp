@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -52,6 +53,8 @@ struct Config {
 
 Config g_config;
 thread_local c10::DeviceIndex t_current_device = 0;
+thread_local c10::StreamId t_current_stream = 0;  // the default stream
+std::atomic<c10::StreamId> g_next_stream{1};
 std::atomic<uint64_t> g_fallback_calls{0};
 
 // The emulator's own counters (the bridge has none of these; packages/hpu-emulator/hpu_emulator/counters.py
@@ -72,6 +75,9 @@ thread_local int t_launch_depth = 0;
 // tensor sizes, strides, dtypes, scalar arguments) since the last step so that mark_step can
 // key the recipe cache on the graph (packages/hpu-emulator/hpu_emulator/lazy.py). Off in eager mode.
 std::atomic<bool> g_lazy_trace{false};
+// PT_HPU_LAZY_MODE=1: the bridge's lazy ops take CPU tensors as inputs (LazyOp::set_inputs
+// moves each one to the device), where eager ops refuse them as CUDA does.
+std::atomic<bool> g_lazy_mode{false};
 std::mutex g_lazy_mutex;
 constexpr uint64_t kFnvOffset = 1469598103934665603ULL;
 uint64_t g_lazy_hash = kFnvOffset;
@@ -311,14 +317,25 @@ struct HPUGuardImpl final : c10::impl::DeviceGuardImplInterface {
       t_current_device = 0;
     }
   }
+  // Streams as the bridge's (HPUStream.cpp): the default stream is id 0, each new stream
+  // gets an id of its own, the current stream is per thread (the default one at first), and
+  // a device without an index is the current device. Work runs at once on every stream.
   c10::Stream getStream(c10::Device d) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::UNSAFE, indexed(d), t_current_stream);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, indexed(d));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return c10::Stream(c10::Stream::DEFAULT, d);
+    return c10::Stream(c10::Stream::UNSAFE, indexed(d), g_next_stream.fetch_add(1));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
-    return c10::Stream(c10::Stream::DEFAULT, s.device());
+    c10::Stream old = getStream(s.device());
+    t_current_stream = s.id();
+    return old;
+  }
+  static c10::Device indexed(c10::Device d) {
+    return d.has_index() ? d : c10::Device(c10::DeviceType::HPU, t_current_device);
   }
   // One device in play, as the real guard reports: torch (the autograd engine's device
   // threads, for one) then never switches a thread to another index.
@@ -681,6 +698,13 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   } else if (src.is_hpu()) {
     g_copies_d2h.fetch_add(1, std::memory_order_relaxed);  // the host waits for the device
   }
+  if (self.scalar_type() == at::kBool && src.scalar_type() == at::kBool) {
+    // As the bridge's copies (a DMA of the bytes): a bool byte other than 0 or 1 (a uint8
+    // or float tensor viewed as bool) arrives as it left; the CPU's bool copy rewrites it
+    // to 0/1, which a later view back to the first dtype would show.
+    dst_cpu.view(at::kByte).copy_(src_cpu.view(at::kByte), non_blocking);
+    return self;
+  }
   dst_cpu.copy_(src_cpu, non_blocking);
   if (entering_int64 && !at::isIntegralType(src.scalar_type(), /*includeBool=*/true)) {
     check_int64_fits(dst_cpu);
@@ -769,6 +793,7 @@ struct FallbackState {
   c10::DeviceIndex device = -1;
   bool has_hpu = false;
   bool cpu_operand = false;  // a CPU tensor of one or more dims beside HPU ones
+  int moved_inputs = 0;      // CPU inputs a lazy op takes to the device (copies to count)
   const char* op_name = nullptr;
 };
 
@@ -780,7 +805,7 @@ struct FallbackState {
 }
 
 at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
-                      bool written = false) {
+                      bool written = false, bool lazy_input = false) {
   if (!t.defined()) {
     return t;
   }
@@ -809,7 +834,11 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
   }
   if (t.device().is_cpu()) {
     if (strict && t.dim() != 0) {
-      st.cpu_operand = true;  // an error once an HPU operand is seen
+      if (lazy_input) {
+        ++st.moved_inputs;  // the bridge copies it to the device; its CPU kernel reads it
+      } else {
+        st.cpu_operand = true;  // an error once an HPU operand is seen
+      }
     }
     if (t.has_storage()) {
       st.cpu_inputs.push_back(t.storage().unsafeGetStorageImpl());
@@ -984,7 +1013,10 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (iv.isTensor()) {
       bool written = is_written(arguments[i]);
       any_written |= written;
-      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true, written);
+      // The bridge's lazy ops move a Tensor argument (not a list's) from the host; one
+      // they write stays refused (the write would reach a copy, never the caller's tensor).
+      bool lazy_input = !written && g_lazy_mode.load(std::memory_order_relaxed);
+      iv = to_cpu_arg(iv.toTensor(), st, /*strict=*/true, written, lazy_input);
     } else if (iv.isTensorList()) {
       bool written = is_written(arguments[i]);
       any_written |= written;
@@ -1057,6 +1089,9 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (st.has_hpu && st.cpu_operand) {
     device_mismatch(st, "cpu");
+  }
+  if (st.has_hpu && st.moved_inputs > 0) {
+    g_copies_h2d.fetch_add(st.moved_inputs, std::memory_order_relaxed);
   }
   if (has_generator_slot) {
     for (auto i : generator_slots) {
@@ -1237,31 +1272,168 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
 }
 
-// bf16 autocast: the policy lists PyTorch applies on CUDA (the real stack's own lists are
-// configurable and not modelled; see README).
+// bf16 autocast with the bridge's policy (hpu_ops/autocast_helpers.h): its own op lists,
+// not CUDA's. Every functional overload of an op named in a list gets the list's policy: the
+// lower-precision list casts floating HPU inputs to the autocast dtype (the norms only their
+// first input), the fp32 list to float, the promote list to the widest floating input. A list
+// is checked in that order, so mul, in the lower list, runs in bf16 and is not promoted. The
+// lower and fp32 lists are read from the files PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST and
+// PT_HPU_AUTOCAST_FP32_OPS_LIST name (one op a line), at start, as there. Casts are not
+// cached, as the bridge disables autocast's cast cache.
+namespace hpu_emu {
+
+enum class CastPolicy { lower, lower_first_arg, fp32, promote };
+
+const std::unordered_set<std::string> kDefaultLowerOps{
+    "addmm", "addbmm", "batch_norm", "baddbmm", "bmm", "conv1d", "conv2d", "conv3d",
+    "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "dot", "dropout",
+    "feature_dropout", "group_norm", "instance_norm", "layer_norm", "leaky_relu", "linear",
+    "matmul", "mean", "mm", "mul", "mv", "softmax", "log_softmax",
+    "scaled_dot_product_attention"};
+const std::unordered_set<std::string> kDefaultFp32Ops{
+    "acos", "addcdiv", "asin", "atan2", "bilinear", "binary_cross_entropy",
+    "binary_cross_entropy_with_logits", "cdist", "cosh", "cosine_embedding_loss",
+    "cosine_similarity", "cross_entropy_loss", "dist", "div", "divide", "embedding",
+    "embedding_bag", "erfinv", "exp", "expm1", "hinge_embedding_loss", "huber_loss", "kl_div",
+    "l1_loss", "log", "log10", "log1p", "log2", "logsumexp", "margin_ranking_loss", "mse_loss",
+    "multi_margin_loss", "multilabel_margin_loss", "nll_loss", "pdist", "poisson_nll_loss",
+    "pow", "reciprocal", "renorm", "rsqrt", "sinh", "smooth_l1_loss", "soft_margin_loss",
+    "softplus", "tan", "topk", "triplet_margin_loss", "truediv", "true_divide"};
+const std::unordered_set<std::string> kLowerFirstOps{"layer_norm", "group_norm",
+                                                     "instance_norm", "batch_norm"};
+const std::unordered_set<std::string> kPromoteOps{"add", "addcmul", "addcdiv", "cat", "div",
+                                                  "exp", "mul", "pow", "sub", "iadd",
+                                                  "truediv", "stack"};
+
+std::unordered_set<std::string> autocast_list(const char* variable,
+                                              const std::unordered_set<std::string>& defaults) {
+  const char* path = std::getenv(variable);
+  if (path == nullptr) {
+    return defaults;
+  }
+  std::ifstream file(path);
+  if (!file.is_open()) {
+    TORCH_WARN("Failed to open file with ops to autocast: ", path, ". Default list loaded.");
+    return defaults;
+  }
+  std::unordered_set<std::string> ops;
+  for (std::string line; std::getline(file, line);) {
+    ops.insert(line);
+  }
+  return ops;
+}
+
+bool autocast_eligible(const at::Tensor& t) {
+  return t.defined() && t.is_hpu() && t.is_floating_point() && t.scalar_type() != at::kDouble;
+}
+
+// The widest floating type among the eligible inputs, starting from the autocast dtype
+// (ATen's promote_type rule: any float32 input makes it float32).
+void widen(at::ScalarType& current, const at::Tensor& t) {
+  if (!autocast_eligible(t)) {
+    return;
+  }
+  if (current != t.scalar_type()) {
+    current = at::kFloat;
+  }
+}
+
+at::Tensor autocast_cast(const at::Tensor& t, at::ScalarType to) {
+  return autocast_eligible(t) && t.scalar_type() != to ? t.to(to) : t;
+}
+
+template <typename F>
+void for_each_tensor_arg(torch::jit::Stack* stack, size_t first, size_t count, F&& f) {
+  for (size_t i = first; i < first + count; ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      f(value, -1);
+    } else if (value.isTensorList() || value.isList()) {
+      f(value, 0);
+    }
+  }
+}
+
+template <CastPolicy P>
+void autocast_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
+                     torch::jit::Stack* stack) {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastHPU);
+  const size_t count = op.schema().arguments().size();
+  const size_t first = stack->size() - count;
+  at::ScalarType to = at::autocast::get_autocast_dtype(at::kHPU);
+  if constexpr (P == CastPolicy::fp32) {
+    to = at::kFloat;
+  }
+  if constexpr (P == CastPolicy::promote) {
+    for_each_tensor_arg(stack, first, count, [&](c10::IValue& value, int) {
+      if (value.isTensor()) {
+        widen(to, value.toTensor());
+      } else {
+        for (const c10::IValue& item : value.toListRef()) {
+          if (item.isTensor()) {
+            widen(to, item.toTensor());
+          }
+        }
+      }
+    });
+  }
+  const size_t cast_count = P == CastPolicy::lower_first_arg ? 1 : count;
+  for_each_tensor_arg(stack, first, cast_count, [&](c10::IValue& value, int) {
+    if (value.isTensor()) {
+      value = autocast_cast(value.toTensor(), to);
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> cast;
+      for (const at::Tensor& t : value.toTensorVector()) {
+        cast.push_back(autocast_cast(t, to));
+      }
+      value = c10::IValue(cast);
+    }
+  });
+  op.callBoxed(stack);
+}
+
+}  // namespace hpu_emu
+
 TORCH_LIBRARY_IMPL(_, AutocastHPU, m) {
   m.fallback(torch::CppFunction::makeFallthrough());
 }
 
-#define HPU_LOWER_PRECISION(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, lower_precision_fp)
-#define HPU_FP32(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32)
-#define HPU_FP32_SET_OPT_DTYPE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, fp32_set_opt_dtype)
-#define HPU_PROMOTE(...) KERNEL(c10::DeviceType::HPU, __VA_ARGS__, promote)
-#define HPU_DIFFERENT_REDISPATCH(REDISPATCH_FUNC, REGISTER_NAME, REGISTER_SIGNATURE, \
-                                 REDISPATCH_SIGNATURE, POLICY)                       \
-  KERNEL_DIFFERENT_REDISPATCH_SIGNATURE(c10::DeviceType::HPU, REDISPATCH_FUNC,       \
-                                        REGISTER_NAME, REGISTER_SIGNATURE,           \
-                                        REDISPATCH_SIGNATURE, POLICY)
-
-namespace at::autocast {  // the policy macros name ATen types unqualified
 TORCH_LIBRARY_IMPL(aten, AutocastHPU, m) {
-  AT_FORALL_LOWER_PRECISION_FP(HPU_LOWER_PRECISION)
-  AT_FORALL_FP32(HPU_FP32)
-  AT_FORALL_FP32_SET_OPT_DTYPE(HPU_FP32_SET_OPT_DTYPE)
-  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(HPU_DIFFERENT_REDISPATCH)
-  AT_FORALL_PROMOTE(HPU_PROMOTE)
+  using hpu_emu::CastPolicy;
+  const auto lower = hpu_emu::autocast_list("PT_HPU_AUTOCAST_LOWER_PRECISION_OPS_LIST",
+                                            hpu_emu::kDefaultLowerOps);
+  const auto fp32 =
+      hpu_emu::autocast_list("PT_HPU_AUTOCAST_FP32_OPS_LIST", hpu_emu::kDefaultFp32Ops);
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) {
+      continue;
+    }
+    const std::string base = name.name.substr(6);
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle || handle->schema().is_mutable()) {  // out= overloads keep no policy
+      continue;
+    }
+    std::string op = base;
+    if (!name.overload_name.empty()) {
+      op += "." + name.overload_name;
+    }
+    if (lower.count(base)) {
+      if (hpu_emu::kLowerFirstOps.count(base)) {
+        m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                               &hpu_emu::autocast_kernel<CastPolicy::lower_first_arg>>());
+      } else {
+        m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                               &hpu_emu::autocast_kernel<CastPolicy::lower>>());
+      }
+    } else if (fp32.count(base)) {
+      m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                             &hpu_emu::autocast_kernel<CastPolicy::fp32>>());
+    } else if (hpu_emu::kPromoteOps.count(base)) {
+      m.impl(op.c_str(), torch::CppFunction::makeFromBoxedFunction<
+                             &hpu_emu::autocast_kernel<CastPolicy::promote>>());
+    }
+  }
 }
-}  // namespace at::autocast
 
 // ---------------------------------------------------------------- CPU kernels first
 
@@ -1409,6 +1581,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     hpu_emu::check_index(static_cast<c10::DeviceIndex>(index));
     hpu_emu::t_current_device = static_cast<c10::DeviceIndex>(index);
   });
+  m.def("current_stream", [] { return static_cast<int64_t>(hpu_emu::t_current_stream); });
+  m.def("set_current_stream", [](int64_t id) {
+    hpu_emu::t_current_stream = static_cast<c10::StreamId>(id);
+  });
   m.def("memory_stats", &memory_stats);
   m.def("reset_peak_memory_stats", &reset_peak);
   m.def("reset_accumulated_memory_stats", &reset_accumulated);
@@ -1437,6 +1613,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     if (hpu_emu::t_launch_depth > 0) --hpu_emu::t_launch_depth;
   });
   m.def("lazy_trace", [](bool on) { hpu_emu::g_lazy_trace.store(on); });
+  m.def("lazy_mode", [](bool on) { hpu_emu::g_lazy_mode.store(on); });
   m.def("lazy_take", [] {
     std::lock_guard<std::mutex> guard(hpu_emu::g_lazy_mutex);
     auto taken = std::make_pair(hpu_emu::g_lazy_hash, hpu_emu::g_lazy_ops);

@@ -184,7 +184,8 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
 def _fake_ctc(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
               target_lengths: torch.Tensor, blank: int, reduction: int, zero_infinity: bool
               ) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, steps = log_probs.shape[1], log_probs.shape[0]
+    batch = log_probs.shape[1] if log_probs.dim() == 3 else 1  # (T, C) is one sample
+    steps = log_probs.shape[0]
     loss = _like(log_probs, [batch] if reduction == ctc.NONE else [])
     longest = targets.shape[-1] if targets.dim() == 2 else targets.shape[0]
     return loss, _like(log_probs, [batch, steps, 2 * longest + 1])

@@ -48,13 +48,26 @@ class ScalingMeta:
         self.steps = 0
 
     def update_scales(self, fp8_max: float) -> None:
-        if self.steps and self.steps % self.recipe.interval == 0:
-            amax = compute_amax(self.amax_history, self.recipe)
-            self.scale = compute_scale(amax, self.scale, fp8_max, self.recipe)
+        """New scales from the history, written into the same tensors, so that an HPU graph
+        captured over a step replays the update and each replay starts from the last one's
+        scales. At every step (the default ``interval=1``) the update is device work alone:
+        at the first step the history is zeros and the built-in rule keeps each scale whose
+        amax is 0, as skipping it would. A longer interval or the recipe's own functions
+        are decided here on the host, at the step a graph was captured."""
+        recipe = self.recipe
+        custom = callable(recipe.amax_compute_algo) or callable(
+            recipe.scaling_factor_compute_algo)
+        if recipe.interval == 1 and not custom:
+            due = True
+        else:
+            due = self.steps > 0 and self.steps % recipe.interval == 0
+        if due:
+            amax = compute_amax(self.amax_history, recipe)
+            self.scale.copy_(compute_scale(amax, self.scale, fp8_max, recipe))
 
     def record(self, amaxes: list[torch.Tensor]) -> None:
         latest = torch.stack([a.float().reshape(()) for a in amaxes]).to(self.scale.device)
-        self.amax_history = torch.cat((latest.unsqueeze(0), self.amax_history[:-1]))
+        self.amax_history.copy_(torch.cat((latest.unsqueeze(0), self.amax_history[:-1])))
         self.steps += 1
 
 

@@ -3,18 +3,62 @@ functions optimum-habana and lightning-habana call (also re-exported by ``core``
 
 On Gaudi they switch the graph compiler to inference (weights as constants, a matmul layout)
 and, in lazy mode, mark the model's parameters as constants; none of that changes results,
-so the emulator keeps the switches and does nothing more.
+so the emulator keeps the switches and does nothing more. Given a model, the set-up function
+gives it back with each ``BatchNorm2d`` that follows a ``Conv2d`` folded into the convolution,
+as the bridge's does (``internal/fuse_conv_bn.py``), which callers assign:
+``model = htcore.hpu_set_inference_env(model)``.
 """
 
+import copy
 from typing import Any
 
 import torch
 
 
-def hpu_set_inference_env(model: torch.nn.Module | None = None) -> None:
-    """Inference mode for the graph compiler; call before moving the model to ``hpu``."""
+def _fuse_conv_bn(model: torch.nn.Module) -> torch.nn.Module:
+    """The bridge's conditions and messages: an eval-mode model on the CPU that ``torch.fx``
+    can trace, else the model itself; a copy otherwise (the caller's model is kept), a
+    ``GraphModule`` whose ``Conv2d``-then-``BatchNorm2d`` pairs are one convolution where
+    nothing else reads the convolution's output."""
+    if model.training:
+        print("Fusion is only applicable for eval mode")
+        return model
+    if any(not p.is_cpu for p in model.parameters()):
+        print("This fusion pass is to be run for model on CPU, Skipping!")
+        return model
+    try:
+        traced = torch.fx.symbolic_trace(copy.deepcopy(model))
+    except Exception:
+        print("Can not apply conv+bn fusion on a  non-fx traceable module, Skipping!")
+        return model
+    modules = dict(traced.named_modules())
+    for node in list(traced.graph.nodes):
+        if node.op != "call_module" or type(modules[node.target]) is not torch.nn.BatchNorm2d:
+            continue
+        source = node.args[0]
+        if not isinstance(source, torch.fx.Node) or source.op != "call_module":
+            continue
+        if type(modules[source.target]) is not torch.nn.Conv2d or len(source.users) > 1:
+            continue
+        fused = torch.nn.utils.fusion.fuse_conv_bn_eval(modules[source.target],
+                                                         modules[node.target])
+        parent, _, name = source.target.rpartition(".")
+        setattr(modules[parent] if parent else traced, name, fused)
+        node.replace_all_uses_with(source)
+        traced.graph.erase_node(node)
+    traced.graph.lint()
+    traced.recompile()
+    return traced
+
+
+def hpu_set_inference_env(model: torch.nn.Module | None = None) -> torch.nn.Module | None:
+    """Inference mode for the graph compiler; call before moving the model to ``hpu``.
+    Gives back ``model`` with its convolution and batch-norm pairs fused (``None`` without)."""
     torch.hpu.enable_inference_mode()
     torch.hpu.enable_matmul3d_2d_reshape()
+    if model is not None:
+        return _fuse_conv_bn(model)
+    return None
 
 
 def hpu_inference_initialize(model: torch.nn.Module | None = None,
