@@ -39,8 +39,14 @@ def make_check(registry: Registry, original: Any, mask_argument: str) -> Any:
     """Transformers' check, answered ``False`` for an ``hpu`` padding mask where the fast
     path is on; ``mask_argument`` is the name of its mask parameter (also its first)."""
 
+    import torch
+
     @functools.wraps(original)
     def _ignore_causal_mask_sdpa(*args: Any, **kwargs: Any) -> bool:
+        # inside a torch.compile trace Transformers reads no mask itself, and a hook call
+        # there would break the graph: the check is Transformers' own
+        if torch.compiler.is_compiling():
+            return bool(original(*args, **kwargs))
         mask = args[0] if args else kwargs.get(mask_argument)
         if _on_hpu(mask) and take(registry, "device_masks", {}):
             return False
