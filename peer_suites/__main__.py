@@ -4,7 +4,8 @@ Fetches the pinned hosts' sdists, runs the chosen tests once on CPU and once on 
 emulated hpu (two devices), compares them test by test with expectations.json, prints a
 summary and exits 1 on any unexpected difference (2 when a run could not complete).
 ``run diffusers --checkout PATH`` runs a library's own tests from a checkout of its
-repository instead (its sdist ships none; CI cannot fetch a repository).
+repository instead (its sdist ships none; CI cannot fetch a repository). ``bridge --checkout
+PATH`` runs the Gaudi bridge's own tests on the emulator (:mod:`peer_suites.bridge`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from peer_suites import bridge
 from peer_suites.compare import HEADER, Summary, compare
 from peer_suites.hub_stand_ins import prepare as prepare_hub_stand_ins
 from peer_suites.sources import REPO, PeerSetupError, cache_root, pinned_version, source_tree
@@ -224,7 +226,30 @@ def main(argv: list[str] | None = None) -> int:
             "(libraries whose sdist ships none: sentence-transformers, trl, diffusers)",
         )
     runner.add_argument("--timeout", type=float, default=3600.0, help="seconds per pytest run")
+    bridge_runner = sub.add_parser(
+        "bridge", help="the Gaudi bridge's own tests on the emulator, by area and cause")
+    bridge_runner.add_argument("--checkout", type=Path, required=True, metavar="PATH",
+                               help="a checkout of HabanaAI/gaudi-pytorch-bridge")
+    bridge_runner.add_argument("--mode", choices=bridge.MODES, default="eager")
+    bridge_runner.add_argument("--dut", choices=bridge.DUTS, default="gaudi2")
+    bridge_runner.add_argument("--markdown", type=Path, help="also write the summary as Markdown")
+    bridge_runner.add_argument("--timeout", type=float, default=6 * 3600.0,
+                               help="seconds for the whole run")
+    bridge_runner.add_argument("tests", nargs="*", metavar="TEST",
+                               help="paths inside tests/pytest_working (default: all)")
     options = parser.parse_args(argv)
+    if options.command == "bridge":
+        try:
+            outcomes = bridge.run(options.checkout, options.mode, options.dut, options.tests,
+                                  options.timeout)
+        except PeerSetupError as error:
+            print(f"peer_suites: {error}", file=sys.stderr)
+            return 2
+        text = bridge.markdown(outcomes, options.mode, options.dut)
+        print(text)
+        if options.markdown is not None:
+            options.markdown.write_text(text, encoding="utf-8")
+        return 0
     unknown = [name for name in options.suites if name not in SUITES]
     if unknown:
         parser.error(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}")

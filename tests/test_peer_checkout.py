@@ -46,3 +46,36 @@ def test_checkout_that_is_not_the_repository_is_refused_before_any_run(
     assert main(["run", suite, "--checkout", str(tmp_path)]) == 2
     error = capsys.readouterr().err
     assert str(tmp_path) in error and SUITES[suite].checkout_tests[0] in error
+
+
+def test_the_model_zoo_reports_a_failure_that_differs_from_the_cpus():
+    cpu = {"z::no_build": {"outcome": "failed", "message": "ValueError: sizes"},
+           "z::other": {"outcome": "failed", "message": "ValueError: sizes"}}
+    hpu = {"z::no_build": {"outcome": "failed", "message": "ValueError: sizes"},
+           "z::other": {"outcome": "failed", "message": "RuntimeError: no kernel"}}
+    summary = compare("model-zoo", cpu, hpu, None,
+                      strict=not SUITES["model-zoo"].same_failure_is_no_difference)
+    assert summary.failed_both == 2
+    assert [line.split(": ")[0] for line in summary.unexpected] == ["z::other"]
+
+
+def test_the_bridge_run_counts_by_area_and_cause(tmp_path):
+    from peer_suites import bridge
+
+    outcomes = {
+        "any_mode/test_a.py::test_x[1]": {"outcome": "passed", "message": ""},
+        "any_mode/test_a.py::test_x[2]": {"outcome": "failed",
+                                           "message": "RuntimeError: no kernel for op 12"},
+        "lazy/test_b.py::test_y": {"outcome": "failed", "message": "RuntimeError: no kernel "
+                                   "for op 345"},
+        "test_top.py::test_z": {"outcome": "skipped", "message": "needs a device"},
+    }
+    areas, causes = bridge.summary(outcomes)
+    assert areas["any_mode"] == {"passed": 1, "failed": 1}
+    assert areas["top level"] == {"skipped": 1}
+    assert causes == {"RuntimeError: no kernel for op N": 2}
+    assert "| **total** | 4 | 1 | 2 | 0 | 1 | 33.3% |" in bridge.markdown(outcomes, "eager",
+                                                                         "gaudi2")
+    with pytest.raises(SystemExit):  # --checkout is required
+        main(["bridge"])
+    assert main(["bridge", "--checkout", str(tmp_path)]) == 2  # not a bridge checkout

@@ -1,0 +1,121 @@
+"""The Gaudi bridge's own tests on the emulator, unchanged, summarised by area and cause.
+
+``python -m peer_suites bridge --checkout PATH [--mode eager|lazy|compile] [--dut gaudi2]
+[--markdown FILE] [TEST ...]`` runs the tests of a checkout of HabanaAI/gaudi-pytorch-bridge
+(``tests/pytest_working``, or the paths given inside it) with the bridge's own ``conftest.py``,
+its ``--mode`` and ``--dut`` options and its skip list, on the emulated Gaudi of that
+generation, one pytest run. The tests need a Gaudi, so there is no CPU run to compare with:
+each outcome is counted by area (the folder under ``tests/pytest_working``: ``any_mode``,
+``eager``, ``lazy``, ``compile``, ...) and each failure by its cause (the exception and its
+first line, digits folded, so one missing op is one cause however many cases hit it). CI
+cannot fetch a repository: this is a one-off local run, recorded in peer_suites/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from peer_suites.sources import REPO, PeerSetupError, cache_root
+
+TESTS = Path("tests") / "pytest_working"
+MODES = ("eager", "lazy", "compile")
+DUTS = ("gaudi", "gaudi2", "gaudi3")
+#: Seconds one bridge test may take (its own CI gives its slowest cases minutes).
+TEST_TIMEOUT = 300
+
+
+def _environment(outcomes: Path, dut: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("HPU_PLUGIN_", "PT_HPU_", "HABANA_"))}
+    env.update(HPU_PLUGIN_EMULATE=dut, HPU_PLUGIN_PEER_OUTCOMES=str(outcomes),
+               HPU_PLUGIN_PEER_PARENT=str(os.getpid()), HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+def run(checkout: Path, mode: str, dut: str, paths: list[str], timeout: float
+        ) -> dict[str, dict[str, str]]:
+    """One pytest run of the bridge's tests; the outcome of each node id."""
+    tests = checkout.expanduser().resolve() / TESTS
+    if not (tests / "conftest.py").is_file():
+        raise PeerSetupError(f"--checkout {checkout}: no {TESTS}/conftest.py; give a checkout "
+                             "of HabanaAI/gaudi-pytorch-bridge")
+    logs = cache_root() / "runs"
+    logs.mkdir(parents=True, exist_ok=True)
+    outcomes, log = logs / f"bridge-{mode}-{dut}.json", logs / f"bridge-{mode}-{dut}.log"
+    outcomes.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "pytest", "-p", "peer_suites.outcomes",
+               "-p", "no:cacheprovider", "-q", "-rN", "-o", "addopts=",
+               f"--timeout={TEST_TIMEOUT}", "--continue-on-collection-errors", "--tb=line",
+               f"--mode={mode}", f"--dut={dut}", *(paths or ["."])]
+    started = time.monotonic()
+    with open(log, "w", encoding="utf-8") as handle:
+        try:
+            subprocess.run(command, cwd=tests, env=_environment(outcomes, dut), stdout=handle,
+                           stderr=subprocess.STDOUT, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            print(f"peer_suites: the bridge's tests exceeded {timeout:.0f} s; log: {log}")
+    print(f"peer_suites: bridge ({mode}, {dut}): {time.monotonic() - started:.0f} s, log {log}")
+    if not outcomes.exists():
+        raise PeerSetupError(f"the bridge's tests ended without results; see {log}")
+    return json.loads(outcomes.read_text(encoding="utf-8"))
+
+
+def area(nodeid: str) -> str:
+    """The folder under ``tests/pytest_working`` a test is in (``top level`` for its files)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return parts[0] if len(parts) > 1 else "top level"
+
+
+def cause(message: str) -> str:
+    """A failure's cause: its first line with numbers and quoted values folded."""
+    first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+    first = re.sub(r"0x[0-9a-f]+", "0x…", first)
+    first = re.sub(r"\d+", "N", first)
+    return first[:160]
+
+
+def summary(outcomes: dict[str, dict[str, str]]) -> tuple[dict[str, collections.Counter[str]],
+                                                           collections.Counter[str]]:
+    """Outcomes counted by area, and failures (failed, error) counted by cause."""
+    areas: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    causes: collections.Counter[str] = collections.Counter()
+    for nodeid, entry in outcomes.items():
+        areas[area(nodeid)][entry["outcome"]] += 1
+        if entry["outcome"] in ("failed", "error"):
+            causes[cause(entry.get("message", ""))] += 1
+    return dict(areas), causes
+
+
+def markdown(outcomes: dict[str, dict[str, str]], mode: str, dut: str, top: int = 25) -> str:
+    """The RESULTS.md text of one run: a row an area, then the commonest causes."""
+    areas, causes = summary(outcomes)
+    lines = [f"### The bridge's tests, `--mode={mode} --dut={dut}`", "",
+             "| area | cases | passed | failed | error | skipped | passed of those run |",
+             "|---|---|---|---|---|---|---|"]
+    total: collections.Counter[str] = collections.Counter()
+    for name in sorted(areas):
+        counts = areas[name]
+        total.update(counts)
+        lines.append(_row(name, counts))
+    lines.append(_row("**total**", total))
+    if causes:
+        lines += ["", f"The {min(top, len(causes))} commonest causes of the failures:", ""]
+        lines += [f"- {count}: `{text}`" for text, count in causes.most_common(top)]
+    else:
+        lines += ["", "No failures."]
+    return "\n".join(lines) + "\n"
+
+
+def _row(name: str, counts: collections.Counter[str]) -> str:
+    ran = counts["passed"] + counts["failed"] + counts["error"]
+    share = f"{100 * counts['passed'] / ran:.1f}%" if ran else "-"
+    return (f"| {name} | {sum(counts.values())} | {counts['passed']} | {counts['failed']} "
+            f"| {counts['error']} | {counts['skipped']} | {share} |")
