@@ -1,6 +1,7 @@
-"""Which module each process of a job takes, and whether the group can work (SPEC R6).
+"""Which module each process of a job takes, and whether the group can work.
 
-Facts (gaudi-facts.md §2, §3): local rank ``i`` takes entry ``i`` of
+Facts (Intel Gaudi documentation, multiple Gaudi cards per server, ``HABANA_VISIBLE_MODULES``;
+the bridge's hccl import): local rank ``i`` takes entry ``i`` of
 ``HABANA_VISIBLE_MODULES`` (the hccl import sets ``HLS_MODULE_ID`` from it), or module ``i``
 when the variable is unset; every process of a job must see the same value. On part of a
 server only groups of 2 and 4 devices are supported, with the module ids
