@@ -29,6 +29,10 @@ MODES = ("eager", "lazy", "compile")
 DUTS = ("gaudi", "gaudi2", "gaudi3")
 #: Seconds one bridge test may take (its own CI gives its slowest cases minutes).
 TEST_TIMEOUT = 300
+#: Address space the run may use: the emulated device memory is the host's, and some of the
+#: bridge's cases allocate tens of GB (a real Gaudi has 96-128 GB); past this limit such a
+#: case fails with an out-of-memory error instead of the kernel ending the whole run.
+MEMORY_LIMIT = 12 * 1024**3
 
 
 def _environment(outcomes: Path, dut: str) -> dict[str, str]:
@@ -59,13 +63,20 @@ def run(checkout: Path, mode: str, dut: str, paths: list[str], timeout: float
     with open(log, "w", encoding="utf-8") as handle:
         try:
             subprocess.run(command, cwd=tests, env=_environment(outcomes, dut), stdout=handle,
-                           stderr=subprocess.STDOUT, timeout=timeout, check=False)
+                           stderr=subprocess.STDOUT, timeout=timeout, check=False,
+                           preexec_fn=_limit_memory)
         except subprocess.TimeoutExpired:
             print(f"peer_suites: the bridge's tests exceeded {timeout:.0f} s; log: {log}")
     print(f"peer_suites: bridge ({mode}, {dut}): {time.monotonic() - started:.0f} s, log {log}")
     if not outcomes.exists():
         raise PeerSetupError(f"the bridge's tests ended without results; see {log}")
     return json.loads(outcomes.read_text(encoding="utf-8"))
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def area(nodeid: str) -> str:
