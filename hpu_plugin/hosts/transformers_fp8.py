@@ -22,6 +22,10 @@ loading, in two ways:
 A model being measured writes its measurement at :func:`finish_measurement`, or at the
 process's exit when nobody called it: a measure run is the user's own program, which does
 not know it is being measured.
+
+Transformers 5 and later only: the 4.x quantizer base class and ``get_hf_quantizer`` have
+other abstract methods and results (tested on 4.51 and 4.57). There ``GaudiFp8Config``
+refuses to be made and ``HPU_PLUGIN_FP8`` is said once not to apply, each naming the fix.
 """
 
 from __future__ import annotations
@@ -77,6 +81,26 @@ def _no_measurement(dump_stats_path: str, variable: str) -> GaudiConfigError:
     )
 
 
+#: The first Transformers release the adapter is written for.
+FIRST_RELEASE = 5
+
+
+def supported() -> bool:
+    """Whether the installed Transformers is one this adapter is written for."""
+    from hpu_plugin.patching import host_version
+
+    major = host_version(HOST).split(".", 1)[0]
+    return major.isdigit() and int(major) >= FIRST_RELEASE
+
+
+def _needs_newer(what: str) -> str:
+    from hpu_plugin.patching import host_version
+
+    return (f"{what} needs Transformers {FIRST_RELEASE}.0 or later (installed: "
+            f"{host_version(HOST)}); upgrade Transformers (pip install 'transformers>="
+            f"{FIRST_RELEASE}')")
+
+
 @functools.cache
 def config_class() -> type:
     """``GaudiFp8Config``, a Transformers ``QuantizationConfigMixin`` (built on first use, so
@@ -97,6 +121,13 @@ def config_class() -> type:
 
         def __init__(self, dump_stats_path: str, mode: str = "auto",
                      inc_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+            if not supported():
+                from hpu_plugin.patching import host_version
+
+                raise GaudiConfigError(
+                    "transformers", host_version(HOST), f"Transformers {FIRST_RELEASE}.0 or "
+                    "later", f"pip install 'transformers>={FIRST_RELEASE}'",
+                    f"GaudiFp8Config needs Transformers {FIRST_RELEASE}.0 or later")
             self.quant_method = QUANT_METHOD
             self.dump_stats_path = os.fspath(dump_stats_path)
             self.mode = str(mode).lower()
@@ -249,6 +280,8 @@ def _finish_at_exit() -> None:
 
 def install_registration(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     """``gaudi_fp8`` joins Transformers' quantization registry (``quantizers.auto``)."""
+    if not supported():  # said by the config and the switch, where a user asks for fp8
+        return
     register_config = getattr(module, "register_quantization_config", None)
     register = getattr(module, "register_quantizer", None)
     configs = getattr(module, "AUTO_QUANTIZATION_CONFIG_MAPPING", None)
@@ -314,9 +347,15 @@ def switch_config(config: Any, quantization_config: Any, device_map: Any,
 def install_switch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     """``from_pretrained`` (``modeling_utils.get_hf_quantizer``) follows ``HPU_PLUGIN_FP8``.
 
-    Its parameters are bound by name: 4.x passes ``dtype``, ``from_tf`` and ``from_flax``
-    before ``device_map``, 5.x does not.
+    Its parameters are bound by name, should a later release reorder them.
     """
+    if not supported():
+        mode = tuning.fp8_mode(os.environ)
+        if mode is not None:
+            say_once("fp8-switch-old-transformers", logging.WARNING,
+                     "hpu_plugin: %s=%s is not applied: %s, or unset %s.", tuning.FP8, mode,
+                     _needs_newer(tuning.FP8), tuning.FP8)
+        return
     original = original_of(module, "get_hf_quantizer", HOST, "fp8",
                            "modeling_utils.get_hf_quantizer")
     if original is None:

@@ -14,6 +14,7 @@ import types
 import pytest
 
 from hpu_plugin import patching
+from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts import transformers_fp8
 from hpu_plugin.patching import Patches
@@ -34,8 +35,8 @@ def fp8_installed(installed):
     import transformers.modeling_utils
     from transformers.quantizers import auto
 
-    if not _has_registry():
-        pytest.skip("this Transformers has no quantization registry or get_hf_quantizer")
+    if not transformers_fp8.supported() or not _has_registry():
+        pytest.skip("the fp8 adapter is written for Transformers 5 and later")
     assert auto.AUTO_QUANTIZER_MAPPING["gaudi_fp8"] is transformers_fp8.quantizer_class()
     assert patching.is_ours(transformers.modeling_utils.get_hf_quantizer)
     return installed
@@ -62,6 +63,8 @@ def test_the_method_is_registered_and_undone(fp8_installed):
 
 
 def test_a_transformers_without_the_registry_is_stayed_out_of(installed):
+    if not transformers_fp8.supported():
+        pytest.skip("the fp8 adapter is written for Transformers 5 and later")
     patches = Patches()
     transformers_fp8.install_registration(installed, patches, types.ModuleType("auto"))
     assert patches.made == []
@@ -139,3 +142,24 @@ def test_get_hf_quantizer_follows_the_switch(fp8_installed, monkeypatch):
     assert type(quantizer).__name__ == "GaudiFp8HfQuantizer"
     assert config.quantization_config.mode == "measure"
     assert device_map == "hpu"
+
+
+def test_on_transformers_4_the_config_and_the_switch_name_the_upgrade(installed, monkeypatch,
+                                                                    caplog):
+    import transformers.modeling_utils
+
+    from hpu_plugin import reporting
+
+    if transformers_fp8.supported():
+        pytest.skip("Transformers 5 or later: the adapter applies")
+    with pytest.raises(GaudiConfigError, match=r"needs Transformers 5\.0 or later"):
+        transformers_fp8.config_class()(dump_stats_path="/x/measure")
+    monkeypatch.setenv("HPU_PLUGIN_FP8", "measure")
+    monkeypatch.setenv("HPU_PLUGIN_FP8_STATS", "/x/measure")
+    reporting.said.forget()
+    patches = Patches()
+    with caplog.at_level("WARNING", logger="hpu_plugin"):
+        transformers_fp8.install_switch(installed, patches, transformers.modeling_utils)
+    assert patches.made == []
+    [line] = [r.getMessage() for r in caplog.records if "HPU_PLUGIN_FP8" in r.getMessage()]
+    assert "is not applied" in line and "unset HPU_PLUGIN_FP8" in line
