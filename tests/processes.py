@@ -129,3 +129,39 @@ class Losses(TrainerCallback):
         if logs and "loss" in logs:
             self.losses.append(logs["loss"])
 """
+
+
+#: A tiny Llama taught a next-token rule (a fixed permutation of its vocabulary) on the CPU,
+#: so its logits are decisive and greedy tokens compare numerics, not ties: ``V``, ``cfg``,
+#: the seeded generator ``gen`` and ``rows(n, length)`` (batches that follow the rule), and
+#: ``taught_llama(steps)``. Scripts that draw from ``gen`` afterwards get the same numbers
+#: in every run.
+TAUGHT_LLAMA = r"""
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+V = 128
+cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
+                  max_position_embeddings=64, bos_token_id=1, eos_token_id=None, pad_token_id=0)
+gen = torch.Generator().manual_seed(0)
+perm = torch.randperm(V, generator=gen)
+
+def rows(n, length):
+    tokens = [torch.randint(0, V, (n,), generator=gen)]
+    for _ in range(length - 1):
+        tokens.append(perm[tokens[-1]])
+    return torch.stack(tokens, 1)
+
+def taught_llama(steps):
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        batch = rows(32, 24)
+        loss = model(batch, labels=batch).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return model, loss
+"""

@@ -29,7 +29,7 @@ import sys
 import textwrap
 
 import pytest
-from processes import result_of
+from processes import TAUGHT_LLAMA, result_of
 
 pytestmark = [
     pytest.mark.e2e,
@@ -40,7 +40,7 @@ pytestmark = [
 
 PATCHED = "neural_compressor.torch.algorithms.fp8_quant._quant_common.helper_modules"
 
-FLOW = r"""
+FLOW = TAUGHT_LLAMA + r"""
 import json
 import os
 import sys
@@ -55,29 +55,7 @@ from neural_compressor.torch.quantization import (
 
 work = sys.argv[1]
 E4M3_MAX = 240.0 if torch.hpu.get_device_name() == "GAUDI2" else 448.0
-V = 128
-cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
-                  max_position_embeddings=64, bos_token_id=1, eos_token_id=None, pad_token_id=0)
-gen = torch.Generator().manual_seed(0)
-perm = torch.randperm(V, generator=gen)
-
-def rows(n, length):
-    tokens = [torch.randint(0, V, (n,), generator=gen)]
-    for _ in range(length - 1):
-        tokens.append(perm[tokens[-1]])
-    return torch.stack(tokens, 1)
-
-# a few CPU steps teach the tiny model a next-token rule, so its logits are decisive
-torch.manual_seed(0)
-trained = LlamaForCausalLM(cfg)
-opt = torch.optim.AdamW(trained.parameters(), lr=3e-3)
-for _ in range(200):
-    batch = rows(32, 24)
-    loss = trained(batch, labels=batch).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
+trained, loss = taught_llama(200)
 state = trained.state_dict()
 
 def fresh():

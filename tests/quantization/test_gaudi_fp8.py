@@ -26,7 +26,7 @@ import os
 from pathlib import Path
 
 import pytest
-from processes import emulated, result_of, run_python, scrubbed
+from processes import TAUGHT_LLAMA, emulated, result_of, run_python, scrubbed
 
 
 def _transformers_has_the_registry() -> bool:
@@ -56,35 +56,14 @@ TIMEOUT = 900
 
 #: Builds, trains (CPU, no emulator) and saves the model, with a word-level tokenizer whose
 #: words are the token ids, so ``pipeline("text-generation")`` runs on it.
-MAKE = r"""
+MAKE = TAUGHT_LLAMA + r"""
 import json, sys
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 path = sys.argv[1]
-V = 128
-cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, vocab_size=V,
-                  max_position_embeddings=64, bos_token_id=1, eos_token_id=None, pad_token_id=0)
-gen = torch.Generator().manual_seed(0)
-perm = torch.randperm(V, generator=gen)
-
-def rows(n, length):
-    tokens = [torch.randint(0, V, (n,), generator=gen)]
-    for _ in range(length - 1):
-        tokens.append(perm[tokens[-1]])
-    return torch.stack(tokens, 1)
-
-torch.manual_seed(0)
-model = LlamaForCausalLM(cfg)
-opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-for _ in range(150):
-    batch = rows(32, 24)
-    loss = model(batch, labels=batch).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad()
+model, loss = taught_llama(150)
 model.save_pretrained(path)
 words = models.WordLevel({f"t{i}": i for i in range(V)}, unk_token="t2")
 tok = Tokenizer(words)
