@@ -331,8 +331,38 @@ def _wait_saying_so(proc: subprocess.Popen[bytes]) -> int:
             sys.stderr.flush()
 
 
+def _started(pid: int) -> tuple[int, bytes] | None:
+    """``(parent pid, start time)`` of a process from ``/proc``, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), fields[19]
+
+
+def _descendants(pid: int) -> dict[int, bytes]:
+    """The processes below ``pid`` with their start times (a pid reused later by another
+    process has another start time), from ``/proc``; empty where there is none."""
+    parents: dict[int, list[tuple[int, bytes]]] = {}
+    for entry in os.scandir("/proc") if os.path.isdir("/proc") else ():
+        found = _started(int(entry.name)) if entry.name.isdigit() else None
+        if found is not None:
+            parents.setdefault(found[0], []).append((int(entry.name), found[1]))
+    below: dict[int, bytes] = {}
+    todo = [pid]
+    while todo:
+        for child, start in parents.get(todo.pop(), []):
+            below[child] = start
+            todo.append(child)
+    return below
+
+
 def _end_group(proc: subprocess.Popen[bytes]) -> None:
-    """End the compiling child's session: ninja, c++ and cc1plus with it."""
+    """End the compiling child's session: ninja, c++ and cc1plus with it. Ninja starts each
+    compile command in a process group of its own, so the processes below the child are
+    also ended one by one: a group signal would not reach them once ninja is gone."""
+    below = _descendants(proc.pid)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -340,7 +370,15 @@ def _end_group(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group
         except (ProcessLookupError, subprocess.TimeoutExpired):
             continue
-        return
+        break
+    for pid, start in below.items():
+        now = _started(pid)
+        if now is None or now[1] != start:  # ended, or the pid is another process's now
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
 
 
 @contextlib.contextmanager
