@@ -21,7 +21,9 @@ Masking: ``attention_mask`` is added (float) or selects (bool, True keeps) as in
 ``torch.nn.functional.scaled_dot_product_attention``; ``is_causal`` keeps key ``j <= i``
 (top-left aligned, as torch); ``valid_seq_len`` (one count per batch row, inference with
 ``is_causal`` only, as ``FusedSDPA`` checks) masks the padding keys, which sit on the left
-(``seq_padding_type="left"``) or on the right. A query row with no key left (a padding row
+(``seq_padding_type="left"``) or on the right (``"right"``). Any other side is accepted and
+masks nothing by length, as the bridge's kernel sets a padding flag only for those two words
+(optimum-habana passes ``"None"`` with a mask). A query row with no key left (a padding row
 under left padding) gives zeros instead of NaN.
 
 Numerics: the scores, softmax and products are float32 and the results are rounded once to
@@ -54,8 +56,6 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, softmax_
     expect(0.0 <= p < 1.0, f"{op}: dropout p must be in [0, 1), got {p}")
     expect(softmax_mode.lower() in SOFTMAX_MODES,
            f"{op}: softmax_mode must be 'None' or 'fast', got {softmax_mode!r}")
-    expect(seq_padding_type.lower() in PADDING_SIDES,
-           f"{op}: seq_padding_type must be 'left' or 'right', got {seq_padding_type!r}")
 
 
 def _keep_mask(q: torch.Tensor, k: torch.Tensor, is_causal: bool,
@@ -65,7 +65,7 @@ def _keep_mask(q: torch.Tensor, k: torch.Tensor, is_causal: bool,
     keep = None
     if is_causal:
         keep = torch.ones(length, source, dtype=torch.bool, device=q.device).tril()
-    if valid_seq_len is not None:
+    if valid_seq_len is not None and padding.lower() in PADDING_SIDES:
         lengths = valid_seq_len.reshape(-1).to(device=q.device, dtype=torch.int64)
         positions = torch.arange(source, device=q.device)
         if padding.lower() == "left":
