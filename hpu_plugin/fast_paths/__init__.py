@@ -15,7 +15,8 @@ results:
 - :mod:`.fused_moe`: the fused mixture-of-experts kernel, through Transformers' experts
   registry;
 - :mod:`.device_masks`: attention masks decided on the device, without a host wait;
-- :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs.
+- :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs;
+- :mod:`.training_graphs`: a prepared model's repeated blocks trained through graphs.
 
 :mod:`.decisions` also says what each replaces and what turning it off costs.
 """
@@ -38,6 +39,7 @@ def install(registry: Registry, patches: Patches) -> None:
         fused_training,
         generate_buckets,
         trainer_buckets,
+        training_graphs,
     )
 
     generate_buckets.install(registry, patches)
@@ -46,3 +48,4 @@ def install(registry: Registry, patches: Patches) -> None:
     fused_modeling.install(registry, patches)
     fused_moe.install(registry, patches)
     device_masks.install(registry, patches)
+    training_graphs.install(registry, patches)

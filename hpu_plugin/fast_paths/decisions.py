@@ -13,7 +13,7 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
-``_MASKS``, ``_GRAPHS``) turns one
+``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -96,6 +96,12 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "one launch per generated token (or per decoding step's forward) instead of one "
              "per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
+    FastPath("training_graphs", "the training forward and backward of a model that Accelerate "
+             "(or a Trainer) prepares and the user did not compile", "regional compilation "
+             "with hpu_backend: one compiled forward and backward graph per repeated block "
+             "class (the decoder layers), shared by every layer",
+             "two launches per decoder layer and step (its forward and backward graphs) "
+             "instead of one per op", "torch.compile:hpu_backend", switch="TRAIN_GRAPHS"),
 )
 
 #: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook, settings
+from hpu_plugin.fast_paths import training_graphs
 from hpu_plugin.fast_paths.decisions import buckets, buckets_off_by
 from hpu_plugin.fast_paths.generate_buckets import (
     DEVICE_TYPE,
@@ -378,7 +379,9 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     padding to us, and watch every step for recompilations (each change to the Trainer
     through ``patches``)."""
     args = trainer.args
-    compiled = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
+    compiled = (getattr(args, "torch_compile", False) or is_compiled(trainer.model)
+                or training_graphs.wanted(
+                    registry, getattr(trainer, "accelerator", None), trainer.model))
     if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
         return
     why, sizes = _bucket_collator(registry, patches, trainer)

@@ -1,0 +1,206 @@
+"""Accelerate (and so the ``Trainer``): a model's repeated blocks trained through graphs that
+``hpu_backend`` compiles, for code that never calls ``torch.compile``.
+
+In eager mode every op of a training step is a launch of its own on Gaudi (a tiny Llama's
+bf16 ``Trainer`` step: about 230); Intel's documents make ``torch.compile`` the way to
+graphs, and users moving from optimum-habana (whose lazy mode made a step a few graphs) do
+not set it. When Accelerate prepares a model for training on ``hpu`` (every ``Trainer`` and
+every ``accelerator.prepare(model)``), the forward of each repeated block (the decoder layers
+of a Transformers model: one ``nn.ModuleList`` of one class) is compiled as Accelerate's
+``compile_regions`` does: one compiled forward per block class, shared by every layer, so the
+model compiles one forward and one backward graph instead of one per layer.
+
+Only the block's ``forward`` is compiled, not its ``__call__``: module hooks, gradient
+checkpointing's wrapper and Transformers' output recorders run as before around it. The
+compiled forward runs only while the block is training with gradients on; evaluation,
+``generate()`` and every model not prepared on ``hpu`` run the class's own forward (the one
+check is a set lookup per block call, not per op).
+
+Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
+there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
+``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with gradient
+checkpointing (its recomputation would run the graph twice), for a model without repeated
+blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose compilation fails runs
+its own forward from then on, with one warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+from hpu_plugin.fast_paths.decisions import take
+from hpu_plugin.fast_paths.fused_training import _lazy
+from hpu_plugin.fast_paths.generate_buckets import is_compiled
+from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.patching import Patches, is_ours, original_of, ours, record_out
+from hpu_plugin.registry import Registry
+from hpu_plugin.reporting import say_once
+
+log = logging.getLogger("hpu_plugin")
+
+NAME = "training_graphs"
+HOST = "accelerate"
+ADAPTER = "training graphs"
+BACKEND = "hpu_backend"
+#: How Accelerate runs a model without wrapping it its own way (DDP's is compiled inside).
+PLAIN = ("NO", "MULTI_HPU")
+
+#: The blocks that train through their class's compiled forward.
+_taken: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Per block class, its compiled forward (one Dynamo cache for every layer of that class).
+_compiled: dict[type, Callable[..., Any]] = {}
+
+
+def repeated_blocks(model: Any) -> list[Any]:
+    """The ``nn.ModuleList``s of two or more modules of one class, outermost first (the
+    decoder layers, not the experts inside them): Accelerate's rule for regions."""
+    import torch
+
+    found: list[Any] = []
+
+    def walk(module: Any) -> None:
+        for child in module.children():
+            if (isinstance(child, torch.nn.ModuleList) and len(child) > 1
+                    and all(type(m) is type(child[0]) for m in child)):
+                found.append(child)
+            else:
+                walk(child)
+
+    walk(model)
+    return found
+
+
+def _user_compiled(accelerator: Any, model: Any) -> bool:
+    plugin = getattr(getattr(accelerator, "state", None), "dynamo_plugin", None)
+    backend = getattr(plugin, "backend", None)
+    chosen = str(getattr(backend, "value", backend) or "NO").upper() != "NO"
+    return chosen or is_compiled(model) or any(
+        is_compiled(m) for m in model.modules() if m is not model)
+
+
+def _on_hpu(model: Any) -> bool:
+    first = next(iter(model.parameters()), None)
+    return first is not None and first.device.type == DEVICE_TYPE
+
+
+def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
+    """Why the blocks of ``model``, prepared for training by ``accelerator``, are not
+    trained through graphs; None when they are to be."""
+    kind = str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type))
+    if kind not in PLAIN:
+        return f"{kind} wraps the model its own way"
+    if _lazy():
+        return "lazy mode (PT_HPU_LAZY_MODE=1) makes graphs of its own; torch.compile is not used"
+    if _user_compiled(accelerator, model):
+        return "the model is compiled by the user's choice"
+    checkpointing = next((name for name in ("is_activation_checkpointing",
+                                            "is_gradient_checkpointing")
+                          if hasattr(type(model), name)), None)  # 5.x renamed it
+    if checkpointing is not None and getattr(model, checkpointing):
+        return "gradient checkpointing recomputes each block in the backward"
+    blocks = repeated_blocks(model)
+    if not blocks:
+        return f"{type(model).__name__} has no repeated blocks"
+    classes = sorted({type(block[0]).__name__ for block in blocks})
+    if not take(registry, NAME, {"model": type(model).__name__, "blocks": classes}):
+        return "turned off (HPU_PLUGIN_FAST_TRAIN_GRAPHS, HPU_PLUGIN_FAST or a plugin's hook)"
+    return None
+
+
+def wanted(registry: Registry, accelerator: Any, model: Any) -> bool:
+    """Whether preparing ``model`` on ``hpu`` will train its blocks through graphs (the
+    ``Trainer``'s shape buckets ask this before Accelerate prepares the model)."""
+    return (accelerator is not None and _on_hpu(model)
+            and why_not(registry, accelerator, model) is None)
+
+
+def _compile_failures() -> tuple[type[BaseException], ...]:
+    import torch._dynamo.exc as dynamo_exc
+
+    return tuple(error for name in ("BackendCompilerFailed", "Unsupported",
+                                    "InternalTorchDynamoError", "TorchRuntimeError")
+                 if isinstance(error := getattr(dynamo_exc, name, None), type))
+
+
+def _graphed_forward(patches: Patches, cls: type) -> None:
+    """Give ``cls`` a forward that runs the compiled one for the blocks in :data:`_taken`
+    while they train with gradients on (through ``patches``: undoing restores it)."""
+    import torch
+
+    original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
+    compiled = torch.compile(original, backend=BACKEND)
+    _compiled[cls] = compiled
+    failures = _compile_failures()
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.training and self in _taken and torch.is_grad_enabled() and not (
+                torch.compiler.is_compiling()):
+            try:
+                return compiled(self, *args, **kwargs)
+            except failures as exc:
+                _taken.discard(self)
+                say_once(f"training-graph-failed:{cls.__qualname__}", logging.WARNING,
+                         "hpu_plugin: %s's compiled forward failed, so it trains eagerly: %s",
+                         cls.__name__, exc)
+        return original(self, *args, **kwargs)
+
+    def undo() -> None:
+        _compiled.pop(cls, None)
+
+    patches.set(cls, "forward", ours(forward))
+    patches.on_undo(undo, f"{cls.__qualname__} compiled forward")
+
+
+def graph_blocks(registry: Registry, patches: Patches, accelerator: Any, model: Any) -> None:
+    """Train the repeated blocks of ``model`` through graphs where :func:`why_not` agrees;
+    else keep the reason for ``hpu-plugin info``."""
+    if not _on_hpu(model):
+        return
+    why = why_not(registry, accelerator, model)
+    if why is not None:
+        record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
+        log.debug("hpu_plugin: training graphs not taken for %s: %s", type(model).__name__, why)
+        return
+    for blocks in repeated_blocks(model):
+        cls = type(blocks[0])
+        if not is_ours(vars(cls).get("forward")):
+            _graphed_forward(patches, cls)
+        _taken.update(blocks)
+
+
+def install_prepare(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
+    cls = getattr(module, "Accelerator", None)
+    original = original_of(cls, "prepare_model", HOST, ADAPTER, "Accelerator.prepare_model",
+                           own=True)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def prepare_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
+        evaluation = kwargs.get("evaluation_mode", args[1] if len(args) > 1 else False)
+        first = not evaluation and not getattr(model, "_is_accelerate_prepared", False)
+        prepared = original(self, model, *args, **kwargs)
+        if first:  # after Accelerate placed the model on its device
+            try:
+                graph_blocks(registry, patches, self, model)
+            except Exception as exc:  # a fast path: never break the user's training
+                say_once("training-graphs-failed", logging.WARNING,
+                         "hpu_plugin: training graphs are off: %r", exc)
+        return prepared
+
+    patches.set(cls, "prepare_model", ours(prepare_model))
+    patches.on_undo(_taken.clear, "training graphs' blocks")
+
+
+def install(registry: Registry, patches: Patches) -> None:
+    """Register the post-import hook of Accelerate's ``Accelerator`` (with a device ready)."""
+    from hpu_plugin import importhook
+
+    importhook.when_imported(
+        "accelerate.accelerator", lambda module: install_prepare(registry, patches, module))

@@ -1,0 +1,116 @@
+"""Unchanged training code trains its decoder layers through graphs that ``hpu_backend``
+compiles: a default ``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated
+Gaudi, against the same code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
+
+The tolerances are torch's own for compiled against eager training in float32 (1e-4
+absolute and relative, ``torch._dynamo.testing.same``'s default) and Transformers' for bf16
+SDPA against eager attention (1e-2). Rows keep their random order
+(``HPU_PLUGIN_BUCKETS_GROUP=0``): with graphs the ``Trainer``'s batches are padded to length
+buckets (padding that changes no loss), and grouping rows by length would change the order.
+"""
+
+from __future__ import annotations
+
+import pytest
+from processes import TRAINING_ROWS, result_of
+
+SCRIPT = TRAINING_ROWS + r"""
+import json, os
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+from hpu_emulator import counters
+from habana_frameworks.torch.hpu.metrics import metric_global
+
+class Steps(TrainerCallback):
+    def __init__(self):
+        self.launches, self.graphs = [], []
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.start = counters.snapshot()
+    def on_step_end(self, args, state, control, **kwargs):
+        end = counters.snapshot()
+        self.launches.append(end["launches"] - self.start["launches"])
+        self.graphs.append(end.get("compiled_graphs", 0) - self.start.get("compiled_graphs", 0))
+
+def llama(layers):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=0))
+
+def compilations():
+    return dict(metric_global("graph_compilation").stats())["TotalNumber"]
+
+def train(bf16, layers=2, **options):
+    seen, steps = Losses(), Steps()
+    args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-graphs", max_steps=6,
+                             per_device_train_batch_size=2, learning_rate=1e-3, bf16=bf16,
+                             report_to=[], save_strategy="no", logging_steps=1, seed=0,
+                             disable_tqdm=True, **options)
+    before = compilations()
+    trainer = Trainer(model=llama(layers), args=args, train_dataset=Rows(),
+                      data_collator=collate, callbacks=[seen, steps])
+    trainer.train()
+    return {"losses": seen.losses, "launches": steps.launches[1:], "graphs": steps.graphs[1:],
+            "compilations": compilations() - before}
+
+arm = os.environ["ARM"]
+if arm == "trainer":
+    result = {"bf16": train(True), "fp32": train(False), "four": train(True, layers=4),
+              "checkpointing": train(True, gradient_checkpointing=True)}
+else:  # a plain Accelerate loop, as the Accelerate docs write it
+    from accelerate import Accelerator
+    accelerator = Accelerator()
+    model = llama(2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    ids = torch.tensor([[3 + (i * 5 + j) % 90 for j in range(16)] for i in range(2)])
+    losses, graphs = [], []
+    for _ in range(4):
+        start = counters.snapshot().get("compiled_graphs", 0)
+        loss = model(input_ids=ids.to(accelerator.device), labels=ids.to(accelerator.device)).loss
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+        graphs.append(counters.snapshot().get("compiled_graphs", 0) - start)
+    result = {"losses": losses, "graphs": graphs}
+print("RESULT" + json.dumps(result))
+"""
+
+ENV = {"TRANSFORMERS_VERBOSITY": "error", "HPU_PLUGIN_BUCKETS_GROUP": "0"}
+
+
+def _close(got: list[float], want: list[float], tolerance: float) -> bool:
+    return len(got) == len(want) and all(
+        abs(g - w) <= tolerance + tolerance * abs(w) for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.e2e
+def test_a_default_trainer_trains_its_layers_through_graphs_with_eager_losses(run):
+    on = result_of(run(SCRIPT, {**ENV, "ARM": "trainer"}, timeout=900).stdout)
+    off = result_of(run(SCRIPT, {**ENV, "ARM": "trainer", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=900).stdout)
+    for arm in ("bf16", "fp32", "four"):
+        # a forward and a backward graph per decoder layer, and far fewer launches a step
+        layers = 4 if arm == "four" else 2
+        assert on[arm]["graphs"] == [2 * layers] * 5, (arm, on[arm]["graphs"])
+        assert off[arm]["graphs"] == [0] * 5
+        assert max(on[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, on[arm], off[arm])
+    assert _close(on["fp32"]["losses"], off["fp32"]["losses"], 1e-4), (on["fp32"], off["fp32"])
+    assert _close(on["bf16"]["losses"], off["bf16"]["losses"], 1e-2), (on["bf16"], off["bf16"])
+    # one compiled block forward is shared by every layer: both layers of the first model
+    # compile one forward and one backward recipe, and a model of four layers of the same
+    # class, trained next in the process, compiles nothing new
+    assert on["bf16"]["compilations"] == 2 and on["four"]["compilations"] == 0, on
+    # gradient checkpointing recomputes each block: it keeps the eager path
+    assert on["checkpointing"]["graphs"] == [0] * 5
+    assert _close(on["checkpointing"]["losses"], off["checkpointing"]["losses"], 1e-6)
+
+
+@pytest.mark.e2e
+def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
+    on = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
+    off = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=600).stdout)
+    assert on["graphs"] == [4] * 4 and off["graphs"] == [0] * 4, (on, off)
+    assert _close(on["losses"], off["losses"], 1e-4), (on, off)
