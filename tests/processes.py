@@ -8,10 +8,13 @@ developer's shell may export ``HPU_PLUGIN_EMULATE`` or ``HABANA_VISIBLE_MODULES`
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -35,8 +38,18 @@ def scrubbed(*also: str, **extra: str) -> dict[str, str]:
         for name, value in os.environ.items()
         if name in KEEP or not (name in NAMES or name.startswith(prefixes))
     }
+    # an empty recipe cache of its own, as a job's first run on a machine has: the plugin's
+    # default keeps recipes between runs, so tests would see each other's compilations
+    env["PT_HPU_RECIPE_CACHE_CONFIG"] = f"{fresh_directory('hpu-plugin-test-recipes-')},false"
     env.update(extra)
     return env
+
+
+def fresh_directory(prefix: str) -> str:
+    """A new temporary directory, removed when the test process ends."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def no_hlsmi_path(path_dirs: Iterable[Path | str] = ()) -> str:

@@ -3,7 +3,9 @@ parsers of the Gaudi switches they concern."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, MutableMapping
+from pathlib import Path
 
 from hpu_plugin import settings
 from hpu_plugin.gaudi.config_error import GaudiConfigError
@@ -19,6 +21,28 @@ DEFAULTS: Mapping[str, str] = {
     LAZY_MODE: "0",
 }
 
+#: Gaudi's recipe cache on disk (``<path>,<delete on start>,<size MB>``): unset, every
+#: process compiles each graph again; set, a recipe compiled once is read from disk by later
+#: runs and by the other ranks. Its older form is the path alone in ``PT_RECIPE_CACHE_PATH``.
+RECIPE_CACHE = "PT_HPU_RECIPE_CACHE_CONFIG"
+RECIPE_CACHE_PATH = "PT_RECIPE_CACHE_PATH"
+#: The bound the plugin's default gives the directory (the Gaudi software's own default).
+RECIPE_CACHE_MB = 1024
+
+
+def recipe_cache_default(environ: Mapping[str, str]) -> str:
+    """The plugin's recipe cache: ``recipes`` under its cache directory
+    (``HPU_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/hpu_plugin``, else
+    ``~/.cache/hpu_plugin``), kept between runs, bounded to 1 GB."""
+    override = environ.get("HPU_PLUGIN_CACHE_DIR", "").strip()
+    if override:
+        root = Path(override).expanduser()
+    else:
+        base = environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(Path.home(), ".cache")
+        root = Path(base).expanduser() / "hpu_plugin"
+    return f"{root / 'recipes'},false,{RECIPE_CACHE_MB}"
+
+
 _TRUE = settings.ON_WORDS
 _FALSE = settings.OFF_WORDS - {""}
 
@@ -32,7 +56,10 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
     hands the hooks a copy of ``os.environ`` and exports the result through
     ``patching.this_process.environment``, which records it."""
     applied = {}
-    for name, value in DEFAULTS.items():
+    wanted = dict(DEFAULTS)
+    if RECIPE_CACHE_PATH not in environ:
+        wanted[RECIPE_CACHE] = recipe_cache_default(environ)
+    for name, value in wanted.items():
         if name not in environ:
             environ[name] = value
             applied[name] = value

@@ -8,16 +8,20 @@ the plugin not active, torch not importable, or no check could run).
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import json
 import math
 import os
+import shutil
 import signal
 import stat
 import sys
+import tempfile
 import time
 from typing import Any
 
+from hpu_plugin.gaudi.environment import RECIPE_CACHE, RECIPE_CACHE_MB, RECIPE_CACHE_PATH
 from hpu_plugin.selftest import catalog, faults, protocol
 from hpu_plugin.selftest.placement import Placement
 from hpu_plugin.selftest.report import document, table
@@ -50,6 +54,11 @@ def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARIABLES}
     env["HF_HUB_OFFLINE"] = "1"  # the checks build their models; nothing is downloaded
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if RECIPE_CACHE not in env and RECIPE_CACHE_PATH not in env:
+        # the checks count compilations from nothing and leave no recipes in the user's cache
+        scratch = tempfile.mkdtemp(prefix="hpu-plugin-selftest-recipes-")
+        atexit.register(shutil.rmtree, scratch, True)
+        env[RECIPE_CACHE] = f"{scratch},false,{RECIPE_CACHE_MB}"
     return env
 
 

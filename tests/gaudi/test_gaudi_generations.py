@@ -151,11 +151,17 @@ def test_compile_needs_eager_mode():
 
 
 def test_defaults_never_override_the_user():
-    environ = {"PT_HPU_LAZY_MODE": "1"}
+    mine = {"PT_HPU_RECIPE_CACHE_CONFIG": "/data/recipes,true"}
+    environ = {"PT_HPU_LAZY_MODE": "1", **mine}
     applied = environment.apply_defaults(environ)
     assert applied == {"PT_ENABLE_INT64_SUPPORT": "1"}
-    assert environ == {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"}
+    assert environ == {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1", **mine}
     assert environment.apply_defaults(environ) == {}
-    fresh: dict[str, str] = {}
+    # the older single-path setting is a choice too: no second cache beside it
+    legacy = {"PT_RECIPE_CACHE_PATH": "/data/recipes"}
+    assert "PT_HPU_RECIPE_CACHE_CONFIG" not in environment.apply_defaults(legacy)
+    fresh: dict[str, str] = {"XDG_CACHE_HOME": "/home/u/.cache"}
     environment.apply_defaults(fresh)
-    assert fresh == {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "1"}
+    assert fresh == {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "1",
+                     "XDG_CACHE_HOME": "/home/u/.cache",
+                     "PT_HPU_RECIPE_CACHE_CONFIG": "/home/u/.cache/hpu_plugin/recipes,false,1024"}

@@ -17,11 +17,21 @@ maximum policies). Sizes below 2 are kept exact, as there.
 
 Each miss publishes ``GRAPH_COMPILATION`` (the duration of the first run, in microseconds)
 and ``CACHE_MISS``; each hit ``CACHE_HIT`` (see ``metrics.py``).
+
+Recipes persist across processes where the bridge keeps them on disk: with
+``PT_HPU_RECIPE_CACHE_CONFIG=<path>[,<delete on start>[,<size MB>]]`` (or the older
+``PT_RECIPE_CACHE_PATH``) each compiled recipe is a file in ``<path>`` named by its key, and a
+recipe found there is read, not compiled (a hit), as the bridge's ``DiskCache`` does. More
+than three fields is refused with the bridge's message; ``true`` as the second clears the
+directory when the process first uses it. The size bound is not enforced here (an empty file
+a recipe), and nothing of the compiled graph is stored: what persists is the accounting.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +47,51 @@ _lock = threading.Lock()
 _recipes: set[tuple[str, Signature]] = set()
 #: Dynamic graphs: per (graph, dtypes and ranks) the ranges of its recipes.
 _ranged: dict[tuple[str, Signature], DynamicRecipes] = {}
+#: The disk cache's directory, once read from the environment ("" when there is none).
+_disk: list[str] = []
+
+CONFIG = "PT_HPU_RECIPE_CACHE_CONFIG"
+LEGACY_PATH = "PT_RECIPE_CACHE_PATH"
+
+
+def disk_directory() -> str:
+    """The recipe cache's directory (empty: recipes are not kept on disk), read once as the
+    bridge's ``RecipeCacheConfig`` reads it; a ``true`` delete flag clears it then."""
+    if _disk:
+        return _disk[0]
+    raw = os.environ.get(CONFIG)
+    delete = False
+    if raw is not None:
+        fields = raw.split(",")
+        if not 1 <= len(fields) <= 3:
+            raise RuntimeError(
+                f"Expected number of parameters extracted from {CONFIG} should be from range "
+                f"<1:3>. (got {raw!r}: give <path>[,<delete on start>[,<size MB>]])")
+        path = fields[0].strip()
+        delete = len(fields) > 1 and fields[1].strip().lower() in ("true", "1")
+    else:
+        path = os.environ.get(LEGACY_PATH, "").strip()
+    if path:
+        if delete:
+            shutil.rmtree(path, ignore_errors=True)
+        os.makedirs(path, exist_ok=True)
+    _disk.append(path)
+    return path
+
+
+def _on_disk(key: str) -> bool:
+    """Whether the recipe ``key`` is in the disk cache; if not, it is written there now."""
+    directory = disk_directory()
+    if not directory:
+        return False
+    name = os.path.join(directory, hashlib.sha1(key.encode()).hexdigest() + ".recipe")
+    if os.path.exists(name):
+        return True
+    partial = f"{name}.{os.getpid()}.tmp"
+    with open(partial, "w"):
+        pass
+    os.replace(partial, name)  # whole or absent for a process reading it meanwhile
+    return False
 
 
 def signature(inputs: Sequence[Any]) -> Signature:
@@ -105,13 +160,17 @@ def _admit(graph_key: str, args: Sequence[Any], dynamic: bool) -> tuple[bool, st
         new = key not in _recipes
         if new:
             _recipes.add(key)
+            new = not _on_disk(repr(key))
         return new, f"{graph_key}_{abs(hash(key[1])) % 10**8}"
     fixed, sizes = _sizes(args)
     recipes = _ranged.get((graph_key, fixed))
     if recipes is None:
-        _ranged[(graph_key, fixed)] = DynamicRecipes(sizes)
-        return True, f"{graph_key}_{abs(hash(fixed)) % 10**8}_0"
-    new, index = recipes.admit(sizes)
+        recipes = _ranged[(graph_key, fixed)] = DynamicRecipes(sizes)
+        new, index = True, 0
+    else:
+        new, index = recipes.admit(sizes)
+    if new:
+        new = not _on_disk(repr((graph_key, fixed, recipes.ranges[index])))
     return new, f"{graph_key}_{abs(hash(fixed)) % 10**8}_{index}"
 
 
