@@ -379,13 +379,15 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     padding to us, and watch every step for recompilations (each change to the Trainer
     through ``patches``)."""
     args = trainer.args
-    compiled = (getattr(args, "torch_compile", False) or is_compiled(trainer.model)
-                or training_graphs.wanted(
-                    registry, getattr(trainer, "accelerator", None), trainer.model))
+    by_user = getattr(args, "torch_compile", False) or is_compiled(trainer.model)
+    compiled = by_user or training_graphs.wanted(
+        registry, getattr(trainer, "accelerator", None), trainer.model)
     if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
         return
     why, sizes = _bucket_collator(registry, patches, trainer)
-    if why is None:
+    # grouping rows changes the order of the batches, so the losses of each step: only for
+    # a model the user compiled, or when asked for (the training graphs keep eager's losses)
+    if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):
         group_rows(patches, trainer)
     explain = _explainer(trainer, why, sizes)
     for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):

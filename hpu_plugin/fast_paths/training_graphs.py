@@ -19,9 +19,10 @@ check is a set lookup per block call, not per op).
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
 ``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with gradient
-checkpointing (its recomputation would run the graph twice), for a model without repeated
-blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose compilation fails runs
-its own forward from then on, with one warning.
+checkpointing (its recomputation would run the graph twice), with dropout in the blocks (a
+graph draws other random numbers than eager mode, so the losses would differ), for a model
+without repeated blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
+compilation fails runs its own forward from then on, with one warning.
 """
 
 from __future__ import annotations
@@ -88,6 +89,24 @@ def _on_hpu(model: Any) -> bool:
     return first is not None and first.device.type == DEVICE_TYPE
 
 
+def _dropout(model: Any, blocks: list[Any]) -> str | None:
+    """The dropout a block would apply in training, if any: a ``Dropout`` module with
+    ``p > 0``, or a nonzero ``*dropout*`` / ``*pdrop*`` value of the model's config (the
+    attention's functional dropout)."""
+    import torch
+
+    for block in blocks:
+        for module in block[0].modules():
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+                return f"{type(module).__name__}(p={module.p})"
+    config = getattr(model, "config", None)
+    for name, value in sorted(vars(config).items() if config is not None else ()):
+        if (("dropout" in name or "pdrop" in name) and isinstance(value, float)
+                and not isinstance(value, bool) and value > 0):
+            return f"config.{name}={value}"
+    return None
+
+
 def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
     """Why the blocks of ``model``, prepared for training by ``accelerator``, are not
     trained through graphs; None when they are to be."""
@@ -106,6 +125,9 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
     blocks = repeated_blocks(model)
     if not blocks:
         return f"{type(model).__name__} has no repeated blocks"
+    dropout = _dropout(model, blocks)
+    if dropout is not None:
+        return f"{dropout} is on: a graph draws other random numbers than eager mode"
     classes = sorted({type(block[0]).__name__ for block in blocks})
     if not take(registry, NAME, {"model": type(model).__name__, "blocks": classes}):
         return "turned off (HPU_PLUGIN_FAST_TRAIN_GRAPHS, HPU_PLUGIN_FAST or a plugin's hook)"

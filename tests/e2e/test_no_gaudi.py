@@ -31,8 +31,9 @@ print(json.dumps({
 
 @pytest.mark.e2e
 def test_without_gaudi_the_hosts_behave_as_without_the_plugin(tmp_path):
-    with_plugin = json.loads(run(SCRIPT, base_env(tmp_path)).stdout)
-    without = json.loads(run(SCRIPT, base_env(tmp_path, TORCH_DEVICE_BACKEND_AUTOLOAD="0")).stdout)
+    env = base_env(tmp_path)
+    with_plugin = json.loads(run(SCRIPT, env).stdout)
+    without = json.loads(run(SCRIPT, {**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}).stdout)
     assert with_plugin["compile_module"] == "torch"
     assert with_plugin["compile_wrapped"] is False
     assert with_plugin["transformers_hpu"] is False
