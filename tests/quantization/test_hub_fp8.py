@@ -77,6 +77,11 @@ if where == "hpu":
     before = torch.hpu.memory_allocated()
     model = AutoModelForCausalLM.from_pretrained(path, device_map="hpu")
     weights = torch.hpu.memory_allocated() - before
+elif where == "to":  # loaded on the CPU (no device_map), then moved, as on CUDA
+    model = AutoModelForCausalLM.from_pretrained(path)
+    before = torch.hpu.memory_allocated()
+    model = model.to("hpu")
+    weights = torch.hpu.memory_allocated() - before
 else:
     from transformers import FineGrainedFP8Config
     model = AutoModelForCausalLM.from_pretrained(
@@ -156,6 +161,16 @@ def test_a_hub_fp8_checkpoint_runs_on_hpu(checkpoint, generation):
     assert err / peak < 0.08
     assert got["weights"] < 0.75 * ref["weights"]
     assert got["ours"] == [[True, True], [False, False]]
+
+
+def test_a_model_loaded_without_device_map_stays_fp8_when_moved(checkpoint):
+    """No ``device_map``: loaded on the CPU with its fp8 weights (as Transformers does on a
+    CUDA machine), then ``.to("hpu")`` and ``generate`` run it there."""
+    _case, path, ref = checkpoint
+    got = _run(REPORT, emulated(HPU_PLUGIN_EMULATE="gaudi3"), str(path), "to")
+    assert got["q_proj"] == ["FP8Linear", "torch.float8_e4m3fn", "hpu:0"]
+    assert got["weights"] < 0.75 * ref["weights"]
+    assert all(len(x) == 12 for x in got["tokens"])
 
 
 def test_first_generation_gaudi_is_refused_before_loading(tmp_path):
