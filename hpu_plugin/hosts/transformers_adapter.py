@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook
-from hpu_plugin.hosts import transformers_fp8, transformers_gaudi_ops
+from hpu_plugin.hosts import transformers_fp8, transformers_fp8_hub, transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
 from hpu_plugin.patching import (
@@ -358,5 +358,9 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
     importhook.when_imported("transformers.quantizers.auto",
                              hook(transformers_fp8.install_registration))
     importhook.when_imported("transformers.modeling_utils", hook(transformers_fp8.install_switch))
+    importhook.when_imported("transformers.quantizers.quantizer_finegrained_fp8",
+                             hook(transformers_fp8_hub.install_validate))
+    importhook.when_imported("transformers.integrations.finegrained_fp8",
+                             hook(transformers_fp8_hub.install_linear))
     importhook.when_imported("transformers.cli.system", hook(install_env_cli))
     importhook.when_imported("transformers.commands.env", hook(install_env_command))
