@@ -25,6 +25,9 @@ import time
 os.environ.setdefault("HPU_PLUGIN_EMULATE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("PT_HPU_METRICS_GC_DETAILS", "1")  # the recipe names: forward/backward
+# a first run's compilations: with the plugin's recipe cache on disk a second run of this
+# script would read every recipe back and count none
+os.environ.setdefault("PT_HPU_RECIPE_CACHE_CONFIG", "")
 
 import torch
 import torch._dynamo

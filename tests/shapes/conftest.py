@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Callable, Mapping
 
 import pytest
+from processes import fresh_directory
 
 TIMEOUT = 600
 _SCRUB_PREFIXES = ("HPU_PLUGIN_", "HABANA_", "PT_HPU_", "PT_ENABLE_")
@@ -26,6 +27,9 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     env.update(HPU_PLUGIN_EMULATE="1", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false", TRANSFORMERS_VERBOSITY="error",
                HPU_PLUGIN_FAST_GRAPHS="0")
+    # each script compiles as a job's first run does: recipes kept on disk by an earlier
+    # script would be read, not compiled, and the counts would be another test's
+    env["PT_HPU_RECIPE_CACHE_CONFIG"] = f"{fresh_directory('hpu-plugin-test-recipes-')},false"
     env.update(extra or {})
     return env
 
