@@ -7,8 +7,12 @@ its ``--mode`` and ``--dut`` options and its skip list, on the emulated Gaudi of
 generation, one pytest run. The tests need a Gaudi, so there is no CPU run to compare with:
 each outcome is counted by area (the folder under ``tests/pytest_working``: ``any_mode``,
 ``eager``, ``lazy``, ``compile``, ...) and each failure by its cause (the exception and its
-first line, digits folded, so one missing op is one cause however many cases hit it). CI
-cannot fetch a repository: this is a one-off local run, recorded in peer_suites/RESULTS.md.
+first line, digits folded, so one missing op is one cause however many cases hit it). A test
+file that cannot be collected counts as one error of its area. CI cannot fetch a repository:
+this is a one-off local run, recorded in peer_suites/RESULTS.md.
+
+This module is also the run's pytest plugin (``-p peer_suites.bridge``): it records each file
+that fails to collect.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from peer_suites.sources import REPO, PeerSetupError, cache_root
 
@@ -40,6 +45,11 @@ def _environment(outcomes: Path, dut: str) -> dict[str, str]:
            if not key.startswith(("HPU_PLUGIN_", "PT_HPU_", "HABANA_"))}
     env.update(HPU_PLUGIN_EMULATE=dut, HPU_PLUGIN_PEER_OUTCOMES=str(outcomes),
                HPU_PLUGIN_PEER_PARENT=str(os.getpid()), HF_HUB_OFFLINE="1")
+    # A Gaudi machine's environment names its log directory (Intel's containers set it);
+    # the bridge's test helpers read it (test_utils.get_fuser_debug_logs_path).
+    habana_logs = outcomes.parent / "habana_logs"
+    habana_logs.mkdir(exist_ok=True)
+    env["HABANA_LOGS"] = str(habana_logs)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return env
 
@@ -56,7 +66,7 @@ def run(checkout: Path, mode: str, dut: str, paths: list[str], timeout: float
     outcomes, log = logs / f"bridge-{mode}-{dut}.json", logs / f"bridge-{mode}-{dut}.log"
     outcomes.unlink(missing_ok=True)
     command = [sys.executable, "-m", "pytest", "-p", "peer_suites.outcomes",
-               "-p", "no:cacheprovider", "-q", "-rN", "-o", "addopts=",
+               "-p", "peer_suites.bridge", "-p", "no:cacheprovider", "-q", "-rN", "-o", "addopts=",
                f"--timeout={TEST_TIMEOUT}", "--continue-on-collection-errors", "--tb=line",
                f"--mode={mode}", f"--dut={dut}", *(paths or ["."])]
     started = time.monotonic()
@@ -80,13 +90,30 @@ def _limit_memory() -> None:
 
 
 def area(nodeid: str) -> str:
-    """The folder under ``tests/pytest_working`` a test is in (``top level`` for its files)."""
-    parts = nodeid.split("::", 1)[0].split("/")
+    """The folder under ``tests/pytest_working`` a test is in (``top level`` for its files);
+    node ids may be relative to the checkout's root or to that folder."""
+    path = nodeid.split("::", 1)[0]
+    prefix = TESTS.as_posix() + "/"
+    if path.startswith(prefix):
+        path = path[len(prefix):]
+    parts = path.split("/")
     return parts[0] if len(parts) > 1 else "top level"
 
 
+def pytest_collectreport(report: Any) -> None:
+    """A test file that cannot be collected (an import the emulator does not offer) is one
+    error of its area, with the exception's last line as its cause."""
+    if report.failed and report.nodeid.endswith(".py"):
+        from peer_suites import outcomes
+
+        text = str(report.longrepr).strip().splitlines() if report.longrepr else []
+        message = next((line[2:] for line in reversed(text) if line.startswith("E   ")),
+                       text[-1] if text else "")
+        outcomes.record(report.nodeid, "error", f"collection: {message[:300]}")
+
+
 def cause(message: str) -> str:
-    """A failure's cause: its first line with numbers and quoted values folded."""
+    """A failure's cause: its first line with numbers folded."""
     first = message.strip().splitlines()[0] if message.strip() else "(no message)"
     first = re.sub(r"0x[0-9a-f]+", "0x…", first)
     first = re.sub(r"\d+", "N", first)

@@ -454,22 +454,23 @@ def _generator(index: int = 0) -> torch.Generator:
 default_generators: tuple[torch.Generator, ...] = ()
 
 
-def _check_rng_device(device: Any) -> int:
+def _check_rng_device(device: Any, function: str) -> int:
+    """The bridge keeps one generator, device 0's (``habana_frameworks/torch/hpu/random.py``),
+    and refuses any other index with its own RuntimeError."""
     index = _index(device)
     if index != 0:
-        raise ValueError(
-            f"RNG state is only available for device 0 (hpu:0), not hpu:{index}: "
-            "a Gaudi process owns one device"
-        )
+        raise RuntimeError(
+            f"hpu {function} supports only device 0 (asked for hpu:{index}: a Gaudi process "
+            "drives the one device it acquired, hpu:0)")
     return index
 
 
 def get_rng_state(device: Any = "hpu") -> torch.Tensor:
-    return _generator(_check_rng_device(device)).get_state()
+    return _generator(_check_rng_device(device, "get_rng_state")).get_state()
 
 
 def set_rng_state(new_state: torch.Tensor, device: Any = "hpu") -> None:
-    _generator(_check_rng_device(device)).set_state(new_state.clone())
+    _generator(_check_rng_device(device, "set_rng_state")).set_state(new_state.clone())
 
 
 def get_rng_state_all() -> list[torch.Tensor]:
@@ -478,23 +479,28 @@ def get_rng_state_all() -> list[torch.Tensor]:
 
 def set_rng_state_all(new_states: list[torch.Tensor]) -> None:
     if len(new_states) != 1:
-        raise ValueError(f"expected a list of one RNG state (device 0), got {len(new_states)}")
+        raise RuntimeError("hpu set_rng_state_all supports only states len of 1 (one state, "
+                           f"device 0's; got {len(new_states)})")
     set_rng_state(new_states[0], 0)
 
 
-def manual_seed(seed: int) -> None:
-    """Seeds the one generator a process has: that of its device, hpu:0."""
-    _generator(0).manual_seed(int(seed))
+def manual_seed(seed: int) -> torch.Generator:
+    """Seeds the one generator a process has, that of its device hpu:0, and returns it (as
+    the bridge's does)."""
+    return _generator(0).manual_seed(int(seed))
 
 
-manual_seed_all = manual_seed
+def manual_seed_all(seed: int) -> None:
+    manual_seed(seed)
 
 
-def seed() -> None:
-    _generator(0).seed()
+def seed() -> int:
+    """A fresh random seed for hpu:0's generator; the seed, as the bridge returns it."""
+    return int(_generator(0).seed())
 
 
-seed_all = seed
+def seed_all() -> None:
+    seed()
 
 
 def initial_seed() -> int:
@@ -502,26 +508,46 @@ def initial_seed() -> int:
 
 
 def _wrap_torch_manual_seed(patches: Patches) -> None:
-    """Like the real stack: ``torch.manual_seed`` also reseeds the HPU generators.
+    """Like the real stack (``core/torch_overwrites.py``): ``torch.manual_seed`` also reseeds
+    the HPU generator, ``torch.seed`` gives it the same fresh seed, and
+    ``torch.random.fork_rng`` forks the HPU generator when no device type is named.
 
     Through ``patches`` (the emulator's), so the change is recorded and undone like the
-    host adapters'; a ``torch.manual_seed`` that is already ours is left alone.
+    host adapters'; a function that is already ours is left alone.
     """
     global default_generators
     default_generators = (_generator(0),)
     random.default_generators = default_generators  # DeepSpeed reads it there
     original = original_of(torch, "manual_seed", "torch", "emulator seeding", "manual_seed")
-    if original is None:
-        return
+    if original is not None:
+        @functools.wraps(original)
+        def seeded(seed: int) -> torch.Generator:
+            result = original(seed)
+            manual_seed(seed)
+            return result
 
-    @functools.wraps(original)
-    def seeded(seed: int) -> torch.Generator:
-        result = original(seed)
-        manual_seed(seed)
-        return result
+        patches.set(torch, "manual_seed", ours(seeded))
+        patches.set(torch.random, "manual_seed", seeded)
+    seed_original = original_of(torch, "seed", "torch", "emulator seeding", "seed")
+    if seed_original is not None:
+        @functools.wraps(seed_original)
+        def fresh_seed() -> int:
+            value = seed_original()
+            manual_seed_all(value)
+            return value
 
-    patches.set(torch, "manual_seed", ours(seeded))
-    patches.set(torch.random, "manual_seed", seeded)
+        patches.set(torch, "seed", ours(fresh_seed))
+        patches.set(torch.random, "seed", fresh_seed)
+    fork_original = original_of(torch.random, "fork_rng", "torch", "emulator seeding",
+                                "random.fork_rng")
+    if fork_original is not None:
+        @functools.wraps(fork_original)
+        def fork_rng(devices: Any = None, enabled: bool = True, _caller: str = "fork_rng",
+                     _devices_kw: str = "devices", device_type: str | None = None) -> Any:
+            return fork_original(devices=devices, enabled=enabled, _caller=_caller,
+                                 _devices_kw=_devices_kw, device_type=device_type or "hpu")
+
+        patches.set(torch.random, "fork_rng", ours(fork_rng))
 
 
 # ------------------------------------------------------------------ autocast

@@ -67,6 +67,12 @@ def start() -> None:
     from hpu_emulator import aten_numerics
 
     aten_numerics.register()
+    from hpu_emulator import aten_gaps
+
+    aten_gaps.register()
+    from hpu_emulator.kernels import quant
+
+    quant.register_when_imported()
 
 
 def _load_habana_ops() -> None:

@@ -22,6 +22,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/extension.h>
 #include <torch/library.h>
 
@@ -786,6 +787,10 @@ struct Converted {
   bool written;  // an argument the schema marks (a!): its resizes are mirrored back
 };
 
+bool is_low_precision(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 || at::isFloat8Type(t);
+}
+
 struct FallbackState {
   c10::SmallVector<Converted, 8> converted;
   c10::SmallVector<c10::StorageImpl*, 4> cpu_inputs;  // genuine CPU operands
@@ -794,6 +799,7 @@ struct FallbackState {
   bool has_hpu = false;
   bool cpu_operand = false;  // a CPU tensor of one or more dims beside HPU ones
   int moved_inputs = 0;      // CPU inputs a lazy op takes to the device (copies to count)
+  bool low_precision = false;  // an HPU operand in float8, bfloat16 or float16
   const char* op_name = nullptr;
 };
 
@@ -817,6 +823,7 @@ at::Tensor to_cpu_arg(const at::Tensor& t, FallbackState& st, bool strict,
       device_mismatch(st, "hpu:" + std::to_string(index));
     }
     st.has_hpu = true;
+    st.low_precision |= is_low_precision(t.scalar_type());
     // The same HPU storage may appear several times (x + x, views): one CPU storage each.
     c10::StorageImpl* hpu_storage = t.storage().unsafeGetStorageImpl();
     for (auto& c : st.converted) {
@@ -989,6 +996,233 @@ void flatten_tensor_collective(torch::jit::Stack* stack, size_t begin, FallbackS
   }
 }
 
+// ---------------------------------------------------------------- dtypes the CPU kernel lacks
+// Gaudi runs float8, bfloat16 and float16 where many CPU kernels have no such dtype ("aminmax_cpu"
+// not implemented for 'Float8_e4m3fn', add_relu's "Unsupported datatype" on bf16). The bridge
+// itself answers an op it cannot run in a dtype by casting the floating arguments to float32,
+// running the op again and casting the result back to the dtype it expected
+// (hpu_ops/cpu_fallback_internal.h, _dispatch_fallback with unsupported_dtype); the emulator
+// does the same when the CPU kernel underneath refuses such a dtype: the low-precision floating
+// operands go in as float32 copies, written operands get the float32 result cast back, and a
+// float32 result comes back in the dtype the op promises (its `dtype` argument, else the
+// promotion of its floating inputs).
+
+// The CPU kernel's refusal of a dtype (and only that: other errors keep their meaning).
+bool is_dtype_gap(const c10::Error& e) {
+  const std::string& what = e.msg();
+  if (what.find("Unsupported datatype") != std::string::npos) {
+    return true;
+  }
+  auto at = what.find("not implemented for '");
+  if (at == std::string::npos) {
+    return false;
+  }
+  auto name = what.substr(at + 21);
+  return name.rfind("Half'", 0) == 0 || name.rfind("BFloat16'", 0) == 0 ||
+         name.rfind("Float8_", 0) == 0;
+}
+
+struct Upcast {
+  at::Tensor original;  // the CPU view the op was given
+  at::Tensor wide;      // its float32 copy
+  bool written;
+};
+
+struct UpcastState {
+  c10::SmallVector<Upcast, 4> upcasts;
+  bool have_dtype = false;
+  at::ScalarType promoted = at::kFloat;  // of the floating tensor inputs, original dtypes
+  bool promotable = true;
+  bool retry = true;
+};
+
+void note_input_dtype(UpcastState& u, at::ScalarType t) {
+  if (!at::isFloatingType(t) || !u.promotable) {
+    return;
+  }
+  if (!u.have_dtype) {
+    u.promoted = t;
+    u.have_dtype = true;
+  } else if (u.promoted != t) {
+    if (at::isFloat8Type(u.promoted) || at::isFloat8Type(t)) {
+      u.promotable = false;  // torch promotes no float8 pair; the result stays float32
+    } else {
+      u.promoted = at::promoteTypes(u.promoted, t);
+    }
+  }
+}
+
+at::Tensor widen_arg(const at::Tensor& t, bool written, UpcastState& u) {
+  if (!t.defined()) {
+    return t;
+  }
+  note_input_dtype(u, t.scalar_type());
+  if (!is_low_precision(t.scalar_type())) {
+    return t;
+  }
+  for (const auto& up : u.upcasts) {
+    if (up.original.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      return up.wide;
+    }
+  }
+  auto wide = t.to(at::kFloat);
+  u.upcasts.push_back({t, wide, written});
+  return wide;
+}
+
+// The arguments again, their low-precision floating tensors as float32 copies.
+void widen_args(const c10::FunctionSchema& schema, std::vector<c10::IValue>& args,
+                UpcastState& u) {
+  const auto& arguments = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& iv = args[i];
+    if (iv.isTensor()) {
+      iv = widen_arg(iv.toTensor(), is_written(arguments[i]), u);
+    } else if (iv.isTensorList()) {
+      bool written = is_written(arguments[i]);
+      auto list = iv.toTensorList();
+      if (written) {
+        // A list op may have written the tensors before the one it refused: retried only
+        // when every tensor has one dtype, so the refusal came before any write.
+        for (const at::Tensor& t : list) {
+          if (t.defined() && t.scalar_type() != list.get(0).scalar_type()) {
+            u.retry = false;
+          }
+        }
+      }
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : list) {
+        out.push_back(widen_arg(t, written, u));
+      }
+      iv = std::move(out);
+    } else if (iv.isInt() && arguments[i].name() == "dtype") {
+      u.promoted = iv.toScalarType();
+      u.have_dtype = true;
+      u.promotable = false;  // the op's own dtype argument decides
+    }
+  }
+}
+
+at::Tensor narrow_result(const at::Tensor& t, const UpcastState& u) {
+  if (!t.defined()) {
+    return t;
+  }
+  for (const auto& up : u.upcasts) {
+    if (up.wide.unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      return up.original;
+    }
+  }
+  if (t.scalar_type() == at::kFloat && u.have_dtype && is_low_precision(u.promoted)) {
+    return t.to(u.promoted);
+  }
+  return t;
+}
+
+// Ops whose CPU kernel refuses a dtype or an argument the bridge's kernel takes, answered in
+// Python (hpu_emulator/aten_gaps.py) from the bridge's own definition of the op: integer lerp
+// as its sub, mult and add nodes, rounding of integers as identity, int32 indices. The
+// handler is called only after the CPU kernel refused, with the arguments as CPU tensors
+// over the device's bytes; NotImplemented from it lets the refusal stand.
+std::unordered_set<c10::OperatorHandle> g_gap_ops;
+PyObject* g_gap_handler = nullptr;  // kept for the process's life
+std::mutex g_gap_mutex;
+
+// Filled once at start, before any op runs; read without a lock afterwards.
+bool is_gap_op(const c10::OperatorHandle& op) {
+  return !g_gap_ops.empty() && g_gap_ops.count(op) != 0;
+}
+
+// The handler's answer pushed as the op's returns; false when it declined.
+bool call_gap_handler(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+                      const std::vector<c10::IValue>& args) {
+  const auto& schema = op.schema();
+  py::gil_scoped_acquire gil;
+  py::tuple py_args(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    py_args[i] = torch::jit::toPyObject(args[i]);
+  }
+  py::object result = py::reinterpret_borrow<py::object>(g_gap_handler)(
+      schema.name(), schema.overload_name(), py_args);
+  if (result.is(py::reinterpret_borrow<py::object>(Py_NotImplemented))) {
+    return false;
+  }
+  stack->resize(begin);
+  const auto& returns = schema.returns();
+  if (returns.size() == 1) {
+    stack->push_back(torch::jit::toIValue(result, returns[0].type()));
+  } else if (returns.size() > 1) {
+    auto items = result.cast<py::tuple>();
+    TORCH_CHECK(items.size() == returns.size(), schema.name(), ": the emulator's kernel gave ",
+                items.size(), " results for ", returns.size());
+    for (size_t i = 0; i < returns.size(); ++i) {
+      stack->push_back(torch::jit::toIValue(items[i], returns[i].type()));
+    }
+  }
+  return true;
+}
+
+// Runs the op's CPU kernel. Where it refuses, a gap op goes to the Python handler and a
+// low-precision floating dtype is run in float32 as the bridge's unsupported-dtype path does.
+void redispatch_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t begin,
+                    bool low_precision) {
+  bool gap_op = is_gap_op(op);
+  if (C10_LIKELY(!low_precision && !gap_op)) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    return;
+  }
+  std::vector<c10::IValue> args(stack->begin() + static_cast<std::ptrdiff_t>(begin), stack->end());
+  std::exception_ptr refusal;
+  bool dtype_gap = false;
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    return;
+  } catch (const c10::Error& e) {
+    dtype_gap = low_precision && is_dtype_gap(e);
+    if (!dtype_gap && !gap_op) {
+      throw;
+    }
+    refusal = std::current_exception();
+  }
+  if (gap_op && call_gap_handler(op, stack, begin, args)) {
+    return;
+  }
+  if (!dtype_gap) {
+    std::rethrow_exception(refusal);
+  }
+  const auto& schema = op.schema();
+  UpcastState u;
+  widen_args(schema, args, u);
+  if (u.upcasts.empty() || !u.retry) {
+    std::rethrow_exception(refusal);  // nothing to widen, or not safely: the refusal stands
+  }
+  stack->resize(begin);
+  stack->insert(stack->end(), args.begin(), args.end());
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (const auto& up : u.upcasts) {
+    if (up.written) {
+      at::Tensor original = up.original;
+      if (original.sizes() != up.wide.sizes()) {
+        original.resize_(up.wide.sizes());
+      }
+      original.copy_(up.wide);
+    }
+  }
+  const auto num_returns = schema.returns().size();
+  const auto rbegin = stack->size() - num_returns;
+  for (size_t i = 0; i < num_returns; ++i) {
+    c10::IValue& iv = (*stack)[rbegin + i];
+    if (iv.isTensor()) {
+      iv = narrow_result(iv.toTensor(), u);
+    } else if (iv.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : iv.toTensorList()) {
+        out.push_back(narrow_result(t, u));
+      }
+      iv = std::move(out);
+    }
+  }
+}
+
 void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const auto& arguments = schema.arguments();
@@ -1117,7 +1351,7 @@ void run_on_cpu(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     }
   }
 
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  redispatch_cpu(op, stack, begin, st.low_precision);
 
   if (any_written) {
     for (auto& c : st.converted) {
@@ -1186,6 +1420,33 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
     g_inner_ops.fetch_add(1, std::memory_order_relaxed);
   }
   run_on_cpu(op, stack);
+}
+
+// convolution_overrideable is the hook ATen leaves for an accelerator's convolution; the
+// bridge registers its HPU kernel there (hpu_op.yaml: convolution_overrideable and its
+// backward). Here both run the CPU's convolution on the CPU views; the backward's bias
+// sizes, which its schema does not carry, are the gradient's channels.
+void convolution_overrideable(const c10::OperatorHandle& /*op*/, c10::DispatchKeySet ks,
+                              torch::jit::Stack* stack) {
+  static const auto conv =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution", "");
+  fallback(conv, ks, stack);
+}
+
+void convolution_backward_overrideable(const c10::OperatorHandle& /*op*/,
+                                       c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  static const auto backward =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::convolution_backward", "");
+  // (grad_output, input, weight, stride, padding, dilation, transposed, output_padding,
+  //  groups, output_mask): bias_sizes goes in after weight.
+  const size_t begin = stack->size() - 10;
+  auto mask = (*stack)[begin + 9].toBoolList();
+  c10::IValue bias_sizes;
+  if (mask.size() == 3 && mask.get(2)) {
+    bias_sizes = std::vector<int64_t>{(*stack)[begin].toTensor().size(1)};
+  }
+  stack->insert(stack->begin() + static_cast<std::ptrdiff_t>(begin + 3), std::move(bias_sizes));
+  fallback(backward, ks, stack);
 }
 
 // Faults of the Gaudi stack the emulator models (gaudi_faults.py says which, with sources).
@@ -1270,6 +1531,11 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
   m.impl("convolution_backward",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
+  m.impl("convolution_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::convolution_overrideable>());
+  m.impl("convolution_backward_overrideable",
+         torch::CppFunction::makeFromBoxedFunction<
+             &hpu_emu::convolution_backward_overrideable>());
 }
 
 // bf16 autocast with the bridge's policy (hpu_ops/autocast_helpers.h): its own op lists,
@@ -1599,6 +1865,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     hpu_emu::g_masked_fill_int64_fault = masked_fill_int64;
   });
   m.def("fallback_calls", [] { return hpu_emu::g_fallback_calls.load(); });
+  m.def("set_gap_handler", [](py::object handler, const std::vector<std::string>& names) {
+    std::lock_guard<std::mutex> guard(hpu_emu::g_gap_mutex);
+    if (hpu_emu::g_gap_handler == nullptr) {
+      hpu_emu::g_gap_handler = handler.release().ptr();  // never released: lives to exit
+    }
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const auto& name : names) {
+      auto dot = name.find('.');
+      auto base = dot == std::string::npos ? name : name.substr(0, dot);
+      auto overload = dot == std::string::npos ? std::string() : name.substr(dot + 1);
+      auto op = dispatcher.findSchema({base, overload});
+      TORCH_CHECK(op.has_value(), "hpu emulator: no operator ", name);
+      hpu_emu::g_gap_ops.insert(*op);
+    }
+  });
   m.def("launch_counters", [] {
     return std::unordered_map<std::string, uint64_t>{
         {"eager_ops", hpu_emu::g_eager_ops.load()},

@@ -31,6 +31,8 @@ from hpu_emulator.kernels import (
     normalization,
     optimizers,
     rotary,
+    softmax,
+    tensor_ops,
 )
 
 NAMESPACE = ops.NAMESPACE
@@ -142,6 +144,46 @@ def _fake_conv2d_fp8(input: torch.Tensor, weight: torch.Tensor, bias: Any = None
     return input.new_empty(size, dtype=out_dtype or torch.bfloat16)
 
 
+def _fake_cast_to_fp8_hybrid(input: torch.Tensor, scale_152: Any = None, scale_143: Any = None,
+                             stochastic: bool = False, is_amax: bool = False
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return (_like(input, dtype=torch.float8_e5m2), _like(input, dtype=torch.float8_e4m3fn),
+            _like(input, [] if is_amax else [0], torch.float32))
+
+
+def _fake_sum_fp8(self: torch.Tensor, dim: Any = None, keepdim: bool = False,
+                  out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    dims = [d % max(self.dim(), 1) for d in dim] if dim is not None else list(range(self.dim()))
+    shape = [1 if i in dims else n for i, n in enumerate(self.shape)] if keepdim else [
+        n for i, n in enumerate(self.shape) if i not in dims]
+    return _like(self, shape, out_dtype or self.dtype)
+
+
+def _fake_masked_triangular(self: torch.Tensor, *rest: Any) -> torch.Tensor:
+    out_dtype = rest[5] if len(rest) > 5 else None
+    return _like(self, dtype=out_dtype or self.dtype)
+
+
+def _fake_triangular_retain(self: torch.Tensor, inv_scale_attn: float
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    stats = [*self.shape[:-1], 1]
+    return _like(self), _like(self, stats, torch.float32), _like(self, stats)
+
+
+def _fake_self(self: torch.Tensor, *rest: Any) -> torch.Tensor:
+    return self
+
+
+def _fake_plain_index(self: torch.Tensor, indices: list[torch.Tensor]) -> torch.Tensor:
+    return torch.ops.aten.index.Tensor(self, list(indices))
+
+
+def _fake_moe_measurement(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+                          router_weights: torch.Tensor, w1: list[torch.Tensor],
+                          *rest: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    return _like(hidden_states), torch.empty(len(w1), dtype=torch.float32)
+
+
 def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
               "int[]? scale_shape=None) -> (Tensor, Tensor)")
@@ -165,6 +207,19 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          fp8.fp8_gemm_v2, _fake_fp8_gemm),
         ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
          fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+        ("fp8_gemm_v2.scalar_list" + gemm.format(
+            scales="float[] A_scale_inv, float[] B_scale_inv"),
+         fp8.fp8_gemm_v2_scalar_list, _fake_fp8_gemm),
+        (f"cast_to_fp8_v2.scalar_list(Tensor input, float[] scale, {to_fp8}",
+         fp8.cast_to_fp8_v2_scalar_list, _fake_cast_to_fp8),
+        ("cast_from_fp8.scalar_list(Tensor input, float[] scale, ScalarType out_dtype, "
+         "int[]? scale_shape=None) -> Tensor", fp8.cast_from_fp8_scalar_list,
+         _fake_cast_from_fp8),
+        ("cast_to_fp8_hybrid(Tensor input, Tensor? scale_152=None, Tensor? scale_143=None, "
+         "bool stochastic_rounding=False, bool is_amax=False) -> (Tensor, Tensor, Tensor)",
+         fp8.cast_to_fp8_hybrid, _fake_cast_to_fp8_hybrid),
+        ("sum_fp8(Tensor self, int[1]? dim=None, bool keepdim=False, "
+         "ScalarType? out_dtype=None) -> Tensor", fp8.sum_fp8, _fake_sum_fp8),
         ("softmax_fp8(Tensor input, int dim, Tensor? input_scale=None, "
          "Tensor? output_scale=None, Tensor? inv_attn_heads=None, Tensor? fused_add=None) "
          "-> Tensor", fp8.softmax_fp8, _fake_softmax_fp8),
@@ -253,7 +308,54 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          "Tensor input_lengths, Tensor target_lengths, Tensor neg_log_likelihood, "
          "Tensor log_alpha, int blank, int reduction, bool zero_infinity) -> Tensor",
          ctc.ctc_loss_custom_backward, _fake_first_arg_of(1)),
+        ("mixture_of_experts.fp8_measurement(Tensor hidden_states, "
+         "Tensor expert_routing_table, Tensor router_weights, Tensor[] w1, Tensor[] w2, "
+         "Tensor[] w3, bool permuted_weights, str activation, int experts_min, "
+         "int experts_max, bool measurement_mode) -> (Tensor, Tensor)",
+         moe.mixture_of_experts_measured, _fake_moe_measurement),
+        ("mixture_of_experts.fp8_measurement_fused_weights(Tensor hidden_states, "
+         "Tensor expert_routing_table, Tensor router_weights, Tensor[] w12, Tensor[] w3, "
+         "bool permuted_weights, str activation, int experts_min, int experts_max, "
+         "bool measurement_mode) -> (Tensor, Tensor)",
+         moe.mixture_of_experts_fused_measured, _fake_moe_measurement),
         *_fp8_ops(),
+        *_softmax_ops(),
+        *_tensor_ops(),
+    ]
+
+
+def _softmax_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    return [
+        ("scaled_masked_softmax(Tensor input, Tensor mask, float scale) -> Tensor",
+         softmax.scaled_masked_softmax, _fake_first),
+        ("scaled_masked_triangular_softmax(Tensor self, Tensor start_end, "
+         "float inv_scale_attn, int grouped_batch_size, bool use_max, int mode, "
+         "ScalarType? out_dtype=None) -> Tensor",
+         softmax.scaled_masked_triangular_softmax, _fake_masked_triangular),
+        ("scaled_triangular_softmax(Tensor self, float inv_scale_attn, "
+         "Tensor? exp_sum_recpr=None, Tensor? max=None) -> Tensor",
+         softmax.scaled_triangular_softmax, _fake_first),
+        ("scaled_triangular_softmax_retain(Tensor self, float inv_scale_attn) "
+         "-> (Tensor, Tensor, Tensor)",
+         softmax.scaled_triangular_softmax_retain, _fake_triangular_retain),
+    ]
+
+
+def _tensor_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    kv = "Tensor start, Tensor end, Tensor beam_idx"
+    return [
+        (f"kv_reorder_(Tensor(a!) self, {kv}) -> (Tensor(a!))", tensor_ops.kv_reorder_,
+         _fake_self),
+        (f"kv_reorder(Tensor self, {kv}) -> Tensor", tensor_ops.kv_reorder, _fake_first),
+        ("in_place_interleave_(Tensor(a!) self) -> (Tensor(a!))",
+         tensor_ops.in_place_interleave_, _fake_self),
+        ("in_place_interleave(Tensor self) -> Tensor", tensor_ops.in_place_interleave,
+         _fake_first),
+        ("plain_index(Tensor self, Tensor[] indices) -> Tensor", tensor_ops.plain_index,
+         _fake_plain_index),
+        ("exp_fast_math(Tensor self) -> Tensor", tensor_ops.exp_fast_math, _fake_first),
+        ("sqrt_fast_math(Tensor self) -> Tensor", tensor_ops.sqrt_fast_math, _fake_first),
+        ("rsqrt_fast_math(Tensor self) -> Tensor", tensor_ops.rsqrt_fast_math, _fake_first),
     ]
 
 

@@ -27,11 +27,20 @@ into ``float8_e4m3fn``, without them it is bfloat16. The input is bfloat16, or
 output channel, and single-element scales only (the bridge's "Multi-element scale tensors are
 not supported yet.").
 
+Scaling happens in the input's precision (``cast_to_fp8_v2``: the input's dtype, the scale
+cast to it; ``cast_from_fp8``: ``out_dtype``), as the bridge's op test computes its reference
+(``input * scale.to(dtype)`` in bfloat16 for a bfloat16 input), so a bfloat16 value is
+rounded to bfloat16 before float8. ``fp8_gemm_v2`` applies its scales to the product, so a
+``B_scale_shape`` of one value per output row or column broadcasts over it (the test's
+reference: ``matmul(A, B) * (scale_a * scale_b)``). ``cast_to_fp8_hybrid`` casts one input
+to both formats at once (E5M2 with stochastic rounding when asked, E4M3 to nearest), each
+with its own optional scale. ``sum_fp8`` sums a float8 tensor in float32 into ``out_dtype``
+(the input's when not given). The ``.scalar_list`` forms take per-channel scales as a list of
+floats, shaped by ``scale_shape``.
+
 ``stochastic_rounding=True`` rounds each value to one of its two float8 neighbours with the
 probabilities that make the rounding unbiased, drawn from the HPU generator (the bridge's
-test allows a relative 0.26 and requires a difference from nearest rounding). Not modelled:
-per-channel scales given by ``scale_shape`` other than a broadcastable scale tensor, and the
-``.scalar_list`` forms.
+test allows a relative 0.26 and requires a difference from nearest rounding).
 """
 
 from __future__ import annotations
@@ -68,13 +77,31 @@ def _flo8_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.f", "F")
 
 
-def _scale_tensor(scale: torch.Tensor | float | None, like: torch.Tensor,
-                  scale_shape: Sequence[int] | None) -> torch.Tensor | None:
+def _scale_tensor(scale: torch.Tensor | float | Sequence[float] | None, like: torch.Tensor,
+                  scale_shape: Sequence[int] | None,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor | None:
+    """The scale as a tensor of ``dtype`` on ``like``'s device, in ``scale_shape`` if given.
+    A list of floats is a ``.scalar_list`` form's per-channel scale."""
     if scale is None:
         return None
-    value = scale if isinstance(scale, torch.Tensor) else torch.tensor(float(scale))
-    value = value.to(device=like.device, dtype=torch.float32)
-    return value.reshape(tuple(scale_shape)) if scale_shape is not None else value
+    if isinstance(scale, (int, float)):  # one value: no shape to check (the bridge's rule)
+        return torch.tensor(float(scale), device=like.device, dtype=dtype)
+    value = scale if isinstance(scale, torch.Tensor) else torch.tensor([float(v) for v in scale])
+    if scale_shape is not None:
+        expect(value.numel() == _numel(scale_shape),
+               f"Number of scale elements ({value.numel()}) is not equal to number of "
+               f"scale_shape elements ({_numel(scale_shape)}).")
+    value = value.to(device=like.device, dtype=dtype)
+    if scale_shape is not None and value.numel() > 1:
+        value = value.reshape(tuple(scale_shape))
+    return value
+
+
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= int(size)
+    return count
 
 
 def _stochastic(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -109,27 +136,59 @@ def cast_to_fp8_v2(input: torch.Tensor, scale: torch.Tensor | float | None = Non
         expect(input.dtype == dtype, "CastToFp8V2 input and output must have the same dtype "
                f"for float8, but are {_flo8_name(input.dtype)} and {_flo8_name(dtype)}")
         return input.clone(), input.new_empty(0, dtype=torch.float32)
-    bound = e4m3_max if dtype == torch.float8_e4m3fn else float(torch.finfo(dtype).max)
-    scaled = input.float()
-    factor = _scale_tensor(scale, input, scale_shape)
-    if factor is not None:
-        scaled = scaled * factor
-    clamped = scaled.clamp(-bound, bound)
-    casted = _stochastic(clamped, dtype) if stochastic_rounding else clamped.to(dtype)
+    expect(input.dtype in (torch.float32, torch.bfloat16), "CastToFp8V2 input dtype must be "
+           "one of [float, bfloat16, float8_e5m2, float8_e4m3fn].")
+    casted = _to_fp8(input, scale, scale_shape, stochastic_rounding, dtype, e4m3_max)
     amax = (input.float().abs().amax() if is_amax
             else input.new_empty(0, dtype=torch.float32))
     return casted, amax
+
+
+def _to_fp8(input: torch.Tensor, scale: torch.Tensor | float | Sequence[float] | None,
+            scale_shape: Sequence[int] | None, stochastic: bool, dtype: torch.dtype,
+            e4m3_max: float) -> torch.Tensor:
+    """Scale in the input's dtype, saturate to the format's range, round into ``dtype``."""
+    bound = e4m3_max if dtype == torch.float8_e4m3fn else float(torch.finfo(dtype).max)
+    scaled = input
+    factor = _scale_tensor(scale, input, scale_shape, input.dtype)
+    if factor is not None:
+        scaled = scaled * factor
+    clamped = scaled.float().clamp(-bound, bound)
+    return _stochastic(clamped, dtype) if stochastic else clamped.to(dtype)
+
+
+def cast_to_fp8_hybrid(input: torch.Tensor, scale_152: torch.Tensor | None = None,
+                       scale_143: torch.Tensor | None = None, stochastic_rounding: bool = False,
+                       is_amax: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    e4m3_max = _generation_checked("cast_to_fp8_hybrid")
+    expect(input.dtype in (torch.float32, torch.bfloat16),
+           "CastToFp8Hybrid input must be of float or bfloat16 dtype.")
+    out_152 = _to_fp8(input, scale_152, None, stochastic_rounding, torch.float8_e5m2, e4m3_max)
+    out_143 = _to_fp8(input, scale_143, None, False, torch.float8_e4m3fn, e4m3_max)
+    amax = (input.float().abs().amax() if is_amax
+            else input.new_empty(0, dtype=torch.float32))
+    return out_152, out_143, amax
+
+
+def sum_fp8(self: torch.Tensor, dim: Sequence[int] | None = None, keepdim: bool = False,
+            out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    _generation_checked("sum_fp8")
+    dims = list(dim) if dim is not None else list(range(self.dim()))
+    total = torch.sum(self.to(torch.float32), dims, keepdim) if dims else self.float().clone()
+    return total.to(out_dtype or self.dtype)
 
 
 def cast_from_fp8(input: torch.Tensor, scale: torch.Tensor | float | None,
                   out_dtype: torch.dtype, scale_shape: Sequence[int] | None = None
                   ) -> torch.Tensor:
     _generation_checked("cast_from_fp8")
-    value = input.float()
-    factor = _scale_tensor(scale, input, scale_shape)
+    expect(out_dtype in (torch.float32, torch.bfloat16),
+           "CastFromFp8 output dtype must be equal to float or bfloat16.")
+    value = input.to(out_dtype)
+    factor = _scale_tensor(scale, input, scale_shape, out_dtype)
     if factor is not None:
         value = value * factor
-    return value.to(out_dtype)
+    return value
 
 
 def fp8_gemm_v2(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,
@@ -141,13 +200,11 @@ def fp8_gemm_v2(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,
     _generation_checked("fp8_gemm_v2")
     a = A.float().transpose(-2, -1) if trans_A else A.float()
     b = B.float().transpose(-2, -1) if trans_B else B.float()
-    a_scale = _scale_tensor(A_scale_inv, A, None)
-    b_scale = _scale_tensor(B_scale_inv, B, B_scale_shape)
-    if a_scale is not None:
-        a = a * a_scale
-    if b_scale is not None:
-        b = b * b_scale
     out = torch.matmul(a, b)
+    scales = (_scale_tensor(A_scale_inv, A, None), _scale_tensor(B_scale_inv, B, B_scale_shape))
+    for factor in scales:
+        if factor is not None:
+            out = out * factor
     if bias is not None:
         out = out + bias.float()
     if accumulate:
@@ -166,6 +223,29 @@ def cast_to_fp8_v2_scalar(input: torch.Tensor, scale: float, stochastic_rounding
 def cast_from_fp8_scalar(input: torch.Tensor, scale: float, out_dtype: torch.dtype,
                          scale_shape: Sequence[int] | None = None) -> torch.Tensor:
     return cast_from_fp8(input, scale, out_dtype, scale_shape)
+
+
+def cast_to_fp8_v2_scalar_list(input: torch.Tensor, scale: Sequence[float],
+                               stochastic_rounding: bool = False, is_amax: bool = False,
+                               dtype: torch.dtype | None = None,
+                               scale_shape: Sequence[int] | None = None
+                               ) -> tuple[torch.Tensor, torch.Tensor]:
+    return cast_to_fp8_v2(input, list(scale), stochastic_rounding, is_amax, dtype,  # type: ignore[arg-type]
+                          scale_shape)
+
+
+def cast_from_fp8_scalar_list(input: torch.Tensor, scale: Sequence[float], out_dtype: torch.dtype,
+                              scale_shape: Sequence[int] | None = None) -> torch.Tensor:
+    return cast_from_fp8(input, list(scale), out_dtype, scale_shape)  # type: ignore[arg-type]
+
+
+def fp8_gemm_v2_scalar_list(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,
+                            D: torch.Tensor | None, out_dtype: torch.dtype,
+                            A_scale_inv: Sequence[float], B_scale_inv: Sequence[float],
+                            bias: torch.Tensor | None = None, accumulate: bool = False,
+                            B_scale_shape: Sequence[int] | None = None) -> torch.Tensor:
+    return fp8_gemm_v2(A, trans_A, B, trans_B, D, out_dtype, list(A_scale_inv),  # type: ignore[arg-type]
+                       list(B_scale_inv), bias, accumulate, B_scale_shape)  # type: ignore[arg-type]
 
 
 def fp8_gemm_v2_scalar(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool,

@@ -10,7 +10,13 @@ the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``ge
 bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
 concatenated (on dim 0 when permuted, else dim 1). ``router_weights`` must have
 ``hidden_states``' dtype and the routing table must be int64, as the bridge's scatter of the
-one by the other requires.
+one by the other requires. As there, every product is taken in ``hidden_states``' dtype
+(each matmul and product rounded to it, the accumulation of the experts in it too).
+
+The ``.fp8_measurement`` overloads (the same with a trailing ``measurement_mode``) also
+return, for each expert, the largest value of ``act(x @ W1) * (x @ W2)`` over all tokens,
+routed or not, as a float32 tensor on the host: the bridge's eager kernel fills a CPU tensor
+(``torch::zeros({num_experts}, kFloat32)``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
              router_weights: torch.Tensor, w1: list[torch.Tensor], w2: list[torch.Tensor],
-             w3: list[torch.Tensor], permuted_weights: bool, activation: str) -> torch.Tensor:
+             w3: list[torch.Tensor], permuted_weights: bool, activation: str,
+             measure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     op = "mixture_of_experts"
     expect(activation in ACTIVATIONS,
            f"{op}: activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -57,14 +64,19 @@ def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
                f"{op}: expert_routing_table names experts outside 0..{experts - 1}")
     act = ACTIVATIONS[activation]
     tokens = hidden_states.shape[0]
-    x = hidden_states.float()
-    padded = torch.zeros(tokens, experts, device=x.device).scatter_(
-        -1, table, router_weights.float())
+    x = hidden_states
+    padded = torch.zeros(tokens, experts, dtype=x.dtype, device=x.device).scatter_(
+        -1, table, router_weights)
     out = torch.zeros_like(x)
+    peaks = []
     for e in range(experts):
-        a, b, c = (w[e].float().t() if permuted_weights else w[e].float() for w in (w1, w2, w3))
-        out += torch.matmul(act(x @ a) * (x @ b), c) * padded[:, e:e + 1]
-    return out.to(hidden_states.dtype)
+        a, b, c = (w[e].t() if permuted_weights else w[e] for w in (w1, w2, w3))
+        both = act(torch.matmul(x, a)) * torch.matmul(x, b)
+        if measure:
+            peaks.append(torch.amax(both).to(torch.float32))
+        out += torch.matmul(both, c) * padded[:, e:e + 1]
+    amax = torch.stack(peaks).cpu() if measure else torch.zeros(0)
+    return out, amax
 
 
 def mixture_of_experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
@@ -72,15 +84,42 @@ def mixture_of_experts(hidden_states: torch.Tensor, expert_routing_table: torch.
                        w2: list[torch.Tensor], w3: list[torch.Tensor], permuted_weights: bool,
                        activation: str, experts_min: int, experts_max: int) -> torch.Tensor:
     return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
-                    permuted_weights, activation)
+                    permuted_weights, activation)[0]
+
+
+def mixture_of_experts_measured(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+                                router_weights: torch.Tensor, w1: list[torch.Tensor],
+                                w2: list[torch.Tensor], w3: list[torch.Tensor],
+                                permuted_weights: bool, activation: str, experts_min: int,
+                                experts_max: int, measurement_mode: bool
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                    permuted_weights, activation, measure=True)
+
+
+def _split(w12: list[torch.Tensor], permuted_weights: bool
+           ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    dim = 0 if permuted_weights else 1
+    halves = [w.split(w.shape[dim] // 2, dim) for w in w12]
+    return [h[0] for h in halves], [h[1] for h in halves]
+
+
+def mixture_of_experts_fused_measured(hidden_states: torch.Tensor,
+                                      expert_routing_table: torch.Tensor,
+                                      router_weights: torch.Tensor, w12: list[torch.Tensor],
+                                      w3: list[torch.Tensor], permuted_weights: bool,
+                                      activation: str, experts_min: int, experts_max: int,
+                                      measurement_mode: bool
+                                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    w1, w2 = _split(w12, permuted_weights)
+    return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                    permuted_weights, activation, measure=True)
 
 
 def mixture_of_experts_fused(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
                              router_weights: torch.Tensor, w12: list[torch.Tensor],
                              w3: list[torch.Tensor], permuted_weights: bool, activation: str,
                              experts_min: int, experts_max: int) -> torch.Tensor:
-    dim = 0 if permuted_weights else 1
-    halves = [w.split(w.shape[dim] // 2, dim) for w in w12]
-    return _experts(hidden_states, expert_routing_table, router_weights,
-                    [h[0] for h in halves], [h[1] for h in halves], w3, permuted_weights,
-                    activation)
+    w1, w2 = _split(w12, permuted_weights)
+    return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                    permuted_weights, activation)[0]
