@@ -40,11 +40,16 @@ TEST_TIMEOUT = 300
 MEMORY_LIMIT = 12 * 1024**3
 
 
-def _environment(outcomes: Path, dut: str) -> dict[str, str]:
+def _environment(outcomes: Path, dut: str, mode: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("HPU_PLUGIN_", "PT_HPU_", "HABANA_"))}
     env.update(HPU_PLUGIN_EMULATE=dut, HPU_PLUGIN_PEER_OUTCOMES=str(outcomes),
                HPU_PLUGIN_PEER_PARENT=str(os.getpid()), HF_HUB_OFFLINE="1")
+    # The bridge's conftest sets the mode in pytest_configure, but lazy/conftest.py imports
+    # torch before that hook runs (pytest loads the conftests of the given paths first);
+    # the bridge then starts in its own default, lazy, which is what --mode=lazy asks. The
+    # mode is set from the start, so the emulated stack starts in the mode the run asks for.
+    env["PT_HPU_LAZY_MODE"] = "1" if mode == "lazy" else "0"
     # A Gaudi machine's environment names its log directory (Intel's containers set it);
     # the bridge's test helpers read it (test_utils.get_fuser_debug_logs_path).
     habana_logs = outcomes.parent / "habana_logs"
@@ -72,7 +77,7 @@ def run(checkout: Path, mode: str, dut: str, paths: list[str], timeout: float
     started = time.monotonic()
     with open(log, "w", encoding="utf-8") as handle:
         try:
-            subprocess.run(command, cwd=tests, env=_environment(outcomes, dut), stdout=handle,
+            subprocess.run(command, cwd=tests, env=_environment(outcomes, dut, mode), stdout=handle,
                            stderr=subprocess.STDOUT, timeout=timeout, check=False,
                            preexec_fn=_limit_memory)
         except subprocess.TimeoutExpired:

@@ -1449,6 +1449,20 @@ void convolution_backward_overrideable(const c10::OperatorHandle& /*op*/,
   fallback(backward, ks, stack);
 }
 
+// _resize_output_ has kernels for Meta and each device, none for the CPU the fallback would
+// reach: resize an out= tensor on its own device, as ATen's (with its warning when a tensor
+// holding elements changes shape).
+void resize_output_(const c10::OperatorHandle& /*op*/, c10::DispatchKeySet /*ks*/,
+                    torch::jit::Stack* stack) {
+  auto device = (*stack)[stack->size() - 1].toDevice();
+  auto size = (*stack)[stack->size() - 2].toIntVector();
+  at::Tensor self = (*stack)[stack->size() - 3].toTensor();
+  TORCH_CHECK(self.device() == device, "out Tensor doesn't have the correct device set");
+  at::native::resize_output(self, size);
+  torch::jit::drop(*stack, 3);
+  stack->emplace_back(std::move(self));
+}
+
 // Faults of the Gaudi stack the emulator models (gaudi_faults.py says which, with sources).
 // They are C++ kernels, as the bridge's are, so a Python kernel a library registers over
 // them (Transformers' workarounds) is an override of a C++ kernel, which every torch
@@ -1531,6 +1545,8 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
   m.impl("convolution_backward",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
+  m.impl("_resize_output_",
+         torch::CppFunction::makeFromBoxedFunction<&hpu_emu::resize_output_>());
   m.impl("convolution_overrideable",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::convolution_overrideable>());
   m.impl("convolution_backward_overrideable",

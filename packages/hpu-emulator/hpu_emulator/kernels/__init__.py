@@ -30,6 +30,7 @@ from hpu_emulator.kernels import (
     moe,
     normalization,
     optimizers,
+    quant,
     rotary,
     softmax,
     tensor_ops,
@@ -174,6 +175,24 @@ def _fake_self(self: torch.Tensor, *rest: Any) -> torch.Tensor:
     return self
 
 
+def _fake_from_int4(input: torch.Tensor, scale: torch.Tensor, zero_point: Any,
+                    out_dtype: torch.dtype) -> torch.Tensor:
+    return _like(input, [*input.shape[:-1], input.shape[-1] * 8], out_dtype)
+
+
+def _fake_last(*args: Any) -> torch.Tensor:
+    return args[-1]
+
+
+def _fake_cast_to_fp8_out(input: torch.Tensor, scale: Any, stochastic: bool, out: torch.Tensor,
+                          amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return out, amax
+
+
+def _fake_lamb_norm(grad: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    return _like(grad[0], [1])
+
+
 def _fake_plain_index(self: torch.Tensor, indices: list[torch.Tensor]) -> torch.Tensor:
     return torch.ops.aten.index.Tensor(self, list(indices))
 
@@ -207,6 +226,11 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          fp8.fp8_gemm_v2, _fake_fp8_gemm),
         ("fp8_gemm_v2.scalar" + gemm.format(scales="float A_scale_inv, float B_scale_inv"),
          fp8.fp8_gemm_v2_scalar, _fake_fp8_gemm),
+        ("cast_to_fp8(Tensor input, Tensor? scale, bool stochastic_rounding, Tensor(a!) out, "
+         "Tensor(b!) amax) -> (Tensor(a!), Tensor(b!))", fp8.cast_to_fp8, _fake_cast_to_fp8_out),
+        ("fp8_gemm(Tensor A, bool trans_A, Tensor B, bool trans_B, Tensor D, "
+         "ScalarType out_dtype, Tensor? A_scale_inv, Tensor? B_scale_inv, Tensor? bias, "
+         "bool accumulate, Tensor(a!) out) -> Tensor(a!)", fp8.fp8_gemm, _fake_last),
         ("fp8_gemm_v2.scalar_list" + gemm.format(
             scales="float[] A_scale_inv, float[] B_scale_inv"),
          fp8.fp8_gemm_v2_scalar_list, _fake_fp8_gemm),
@@ -300,6 +324,8 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          moe.mixture_of_experts_fused, _fake_first),
         (adamw_schema, adamw, _fake_none),
         (optimizers.SGD, optimizers.optimizer_sgd, _fake_none),
+        (optimizers.LAMB_FUSED_NORM, optimizers.optimizer_lamb_fused_norm, _fake_lamb_norm),
+        (optimizers.LAMB_PHASE2, optimizers.optimizer_lamb_phase2, _fake_none),
         (optimizers.SGD_MOMENTUM, optimizers.optimizer_sgd_momentum, _fake_none),
         ("ctc_loss_custom(Tensor log_probs, Tensor targets, Tensor input_lengths, "
          "Tensor target_lengths, int blank, int reduction, bool zero_infinity) "
@@ -353,6 +379,10 @@ def _tensor_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          _fake_first),
         ("plain_index(Tensor self, Tensor[] indices) -> Tensor", tensor_ops.plain_index,
          _fake_plain_index),
+        ("convert_from_int4(Tensor input, Tensor scale, Tensor? zero_point, "
+         "ScalarType out_dtype) -> Tensor", quant.convert_from_int4, _fake_from_int4),
+        ("convert_from_uint4(Tensor input, Tensor scale, Tensor? zero_point, "
+         "ScalarType out_dtype) -> Tensor", quant.convert_from_uint4, _fake_from_int4),
         ("exp_fast_math(Tensor self) -> Tensor", tensor_ops.exp_fast_math, _fake_first),
         ("sqrt_fast_math(Tensor self) -> Tensor", tensor_ops.sqrt_fast_math, _fake_first),
         ("rsqrt_fast_math(Tensor self) -> Tensor", tensor_ops.rsqrt_fast_math, _fake_first),

@@ -225,6 +225,33 @@ def cast_from_fp8_scalar(input: torch.Tensor, scale: float, out_dtype: torch.dty
     return cast_from_fp8(input, scale, out_dtype, scale_shape)
 
 
+def cast_to_fp8(input: torch.Tensor, scale: torch.Tensor | None, stochastic_rounding: bool,
+                out: torch.Tensor, amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first cast op, writing into ``out`` (its dtype the format) and, when ``amax`` has an
+    element, the input's largest magnitude into it (the bridge's ``CastToFp8``)."""
+    e4m3_max = _generation_checked("cast_to_fp8")
+    expect(input.dtype in (torch.float32, torch.bfloat16),
+           "CastToFp8 input must be of float or bfloat16 dtype.")
+    expect(input.shape == out.shape, "Input and output must have the same shape")
+    expect(out.dtype in FP8, f"cast_to_fp8: out must be float8, got {out.dtype}")
+    out.copy_(_to_fp8(input, scale, None, stochastic_rounding, out.dtype, e4m3_max))
+    if amax.numel() != 0:
+        amax.copy_(input.float().abs().amax().reshape(amax.shape))
+    return out, amax
+
+
+def fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool, D: torch.Tensor,
+             out_dtype: torch.dtype, A_scale_inv: torch.Tensor | None,
+             B_scale_inv: torch.Tensor | None, bias: torch.Tensor | None, accumulate: bool,
+             out: torch.Tensor) -> torch.Tensor:
+    """The first gemm op: ``fp8_gemm_v2``'s product written into ``out``."""
+    result = fp8_gemm_v2(A, trans_A, B, trans_B, D, out_dtype, A_scale_inv, B_scale_inv, bias,
+                         accumulate)
+    if out.shape != result.shape:
+        out.resize_(result.shape)
+    return out.copy_(result)
+
+
 def cast_to_fp8_v2_scalar_list(input: torch.Tensor, scale: Sequence[float],
                                stochastic_rounding: bool = False, is_amax: bool = False,
                                dtype: torch.dtype | None = None,

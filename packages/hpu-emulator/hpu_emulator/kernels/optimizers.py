@@ -24,6 +24,15 @@ added to the gradient, momentum buffer ``buf = mom * buf + (1 - dampening) * d``
 ``hpex.optimizers.FusedSGD`` passes them. The momentum buffers start at zero (``FusedSGD``
 allocates them so), so with dampening the first step differs from torch's, which starts the
 buffer at the first gradient.
+
+Of LAMB (``hpex.optimizers.FusedLamb``), the two ops with a reference in the bridge's own
+tests: ``optimizer_lamb_fused_norm(grad[], max_norm)`` returns the global gradient norm's
+clipping divisor, ``norm / max_norm`` when the norm exceeds ``max_norm``, else 1, as a
+one-element tensor (``test_optimizer_lamb_fused_norm.py``); ``optimizer_lamb_phase2``
+adds ``adam_step * neg_step * trust_ratio`` to each weight, where the trust ratio is
+``weight_norm / adam_norm`` when weight decay or ``use_lamb`` is on and both norms are
+positive, else 1 (``test_hpu_custom_lamb_optimizer.py``). Phase 1 (the moments and the
+norms), which no test of the bridge pins down, is not emulated: ``FusedLamb`` is absent.
 """
 
 from __future__ import annotations
@@ -49,6 +58,11 @@ ADAMW_LAZY = (
 SGD = (
     "optimizer_sgd(Tensor[] gradients, Tensor(a!)[] weights_in, Tensor(b!) learning_rate, "
     "float wd, float mom, float damp, bool nesterov) -> ()"
+)
+LAMB_FUSED_NORM = "optimizer_lamb_fused_norm(Tensor[] grad, float max_norm) -> Tensor"
+LAMB_PHASE2 = (
+    "optimizer_lamb_phase2(Tensor(a!)[] weights, Tensor[] adam_norms, Tensor[] weight_norms, "
+    "Tensor[] adam_steps, Tensor neg_step, float wd, bool use_lamb) -> ()"
 )
 SGD_MOMENTUM = (
     "optimizer_sgd_momentum(Tensor[] gradients, Tensor(a!)[] weights_in, Tensor(b!)[] "
@@ -153,3 +167,29 @@ def optimizer_sgd_momentum(gradients: list[torch.Tensor], weights_in: list[torch
             buf.copy_(new_buf.to(buf.dtype))
             d = d + momentum * new_buf if nesterov else new_buf
             w.copy_((w.float() - lr * d).to(w.dtype))
+
+
+def optimizer_lamb_fused_norm(grad: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    expect(len(grad) > 0, "optimizer_lamb_fused_norm: can not process an empty grad vector")
+    dtype = grad[0].dtype
+    total = torch.zeros(1, dtype=torch.float32, device=grad[0].device)
+    for g in grad:
+        total += g.float().pow(2).sum()
+    norm = total.sqrt()
+    return torch.where(norm > max_norm, norm / max_norm, torch.ones_like(norm)).to(dtype)
+
+
+def optimizer_lamb_phase2(weights: list[torch.Tensor], adam_norms: list[torch.Tensor],
+                          weight_norms: list[torch.Tensor], adam_steps: list[torch.Tensor],
+                          neg_step: torch.Tensor, wd: float, use_lamb: bool) -> None:
+    expect_same_lengths("optimizer_lamb_phase2", weights=weights, adam_norms=adam_norms,
+                        weight_norms=weight_norms, adam_steps=adam_steps)
+    for weight, adam_norm, weight_norm, adam_step in zip(weights, adam_norms, weight_norms,
+                                                         adam_steps, strict=True):
+        ratio = weight_norm.float() / adam_norm.float()
+        if wd != 0 or use_lamb:
+            ratio = torch.where((adam_norm > 0) & (weight_norm > 0), ratio,
+                                torch.ones_like(ratio))
+        else:
+            ratio = torch.ones_like(ratio)
+        weight.add_((adam_step.float() * neg_step.float() * ratio).to(weight.dtype))

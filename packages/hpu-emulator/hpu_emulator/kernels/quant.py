@@ -16,6 +16,15 @@ torch's own decompositions that the emulator would otherwise run:
   torch refuses).
 
 Registered when ``torch.ao.quantization.fx._decomposed`` (which defines the ops) is imported.
+
+Also the bridge's 4-bit dequantization, ``hpu::convert_from_int4`` and ``convert_from_uint4``
+(``input, scale, zero_point?, out_dtype``; ``hpu_ops/backend/int4_ops.cpp``, its op test
+``test_hpu_convert_from_int4.py``): each int32 of ``input`` holds eight 4-bit values, the
+first in the lowest bits, so the output's last dim is eight times the input's; the values
+are signed for ``int4``, unsigned for ``uint4``. The result is ``(w - zero_point) * scale``
+in ``out_dtype``. A zero point in int32 is packed the same way and subtracted as an integer;
+any other is subtracted in ``out_dtype``. Scale and zero point cover the output, or one row
+of it for each group of rows (GPTQ's per-group scales: ``[rows / group, cols]``).
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
+from hpu_emulator.kernels.checks import expect
 
 MODULE = "torch.ao.quantization.fx._decomposed"
 INTEGER_OUTPUTS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
@@ -62,6 +73,53 @@ def dequantize_per_channel(input: torch.Tensor, scales: torch.Tensor,
     if zero_points is not None:
         value = value - _along(zero_points, input, axis)
     return (value * _along(scales, input, axis)).to(out_dtype)
+
+
+def _unpack(packed: torch.Tensor, signed: bool) -> torch.Tensor:
+    """Eight 4-bit values from each int32, the first in the lowest bits."""
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=packed.device)
+    nibbles = (packed.to(torch.int32).unsqueeze(-1) >> shifts) & 0xF
+    if signed:
+        nibbles = torch.where(nibbles > 7, nibbles - 16, nibbles)
+    return nibbles.reshape(*packed.shape[:-1], packed.shape[-1] * 8)
+
+
+def _cover(value: torch.Tensor, shape: torch.Size, name: str) -> torch.Tensor:
+    """``value`` repeated along each dim it divides, to ``shape`` (per-group rows)."""
+    expect(value.dim() == len(shape), f"convert_from_int4: {name} must have the output's rank "
+           f"{len(shape)}, got {list(value.shape)}")
+    for dim, (have, want) in enumerate(zip(value.shape, shape, strict=True)):
+        expect(want % have == 0, f"convert_from_int4: {name} dim {dim} ({have}) does not "
+               f"divide the output's ({want})")
+        if have != want:
+            value = value.repeat_interleave(want // have, dim)
+    return value
+
+
+def _convert_from_4bit(input: torch.Tensor, scale: torch.Tensor,
+                       zero_point: torch.Tensor | None, out_dtype: torch.dtype,
+                       signed: bool) -> torch.Tensor:
+    expect(input.dtype == torch.int32, f"convert_from_int4: input must be int32 (eight 4-bit "
+           f"values each), got {input.dtype}")
+    values = _unpack(input, signed)
+    shape = values.shape
+    if zero_point is None:
+        shifted = values.to(out_dtype)
+    elif zero_point.dtype == torch.int32:
+        shifted = (values - _cover(_unpack(zero_point, signed), shape, "zero_point")).to(out_dtype)
+    else:
+        shifted = values.to(out_dtype) - _cover(zero_point.to(out_dtype), shape, "zero_point")
+    return shifted * _cover(scale.to(out_dtype), shape, "scale")
+
+
+def convert_from_int4(input: torch.Tensor, scale: torch.Tensor,
+                      zero_point: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    return _convert_from_4bit(input, scale, zero_point, out_dtype, signed=True)
+
+
+def convert_from_uint4(input: torch.Tensor, scale: torch.Tensor,
+                       zero_point: torch.Tensor | None, out_dtype: torch.dtype) -> torch.Tensor:
+    return _convert_from_4bit(input, scale, zero_point, out_dtype, signed=False)
 
 
 def register(_module: Any = None) -> None:

@@ -73,6 +73,44 @@ def hpu_teardown_inference_env() -> None:
     torch.hpu.disable_matmul3d_2d_reshape()
 
 
+#: How many tensors ``_mark_params_as_const`` has marked: the bridge numbers them from 0
+#: (``const_id``) in its tensors' extra metadata, a hint to the graph compiler.
+#: Keyed by where the tensor's data is, as ``state_dict()`` hands out new tensor objects over
+#: the same parameters each call.
+_marked: dict[tuple[int, int, tuple[int, ...]], int] = {}
+_const_id = -1
+
+
+def _mark_params_as_const(model: torch.nn.Module | None = None, only_scales: bool = False,
+                          console_prints: bool = False) -> None:
+    """Number each tensor of the model's state (only ``scale`` entries with
+    ``only_scales``) as a constant once, as the bridge does; results do not change."""
+    global _const_id
+    if model is None:
+        return
+    for name, tensor in model.state_dict().items():
+        if only_scales and "scale" not in name:
+            continue
+        key = (tensor.data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key in _marked:
+            if console_prints:
+                print(f"Metadata already exists, const_id '{_marked[key]}'")
+            continue
+        _const_id += 1
+        _marked[key] = _const_id
+        if console_prints:
+            print(f"Tensor '{name}' is_const 'True' id '{_const_id}'")
+
+
+def _check_params_as_const(model: torch.nn.Module | None = None,
+                           only_scales: bool = False) -> None:
+    """The bridge's reads each tensor's constant flag and keeps nothing: no effect."""
+
+
+def _get_marked_const_count() -> int:
+    return _const_id + 1
+
+
 #: The older names the bridge keeps ("to be deprecated"), which optimum-habana calls.
 hpu_set_env = hpu_set_inference_env
 hpu_initialize = hpu_inference_initialize
