@@ -233,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     bridge_runner.add_argument("--mode", choices=bridge.MODES, default="eager")
     bridge_runner.add_argument("--dut", choices=bridge.DUTS, default="gaudi2")
     bridge_runner.add_argument("--markdown", type=Path, help="also write the summary as Markdown")
+    bridge_runner.add_argument("--outcomes", type=Path, metavar="JSON",
+                               help="summarize the outcomes a run saved instead of running")
     bridge_runner.add_argument("--timeout", type=float, default=6 * 3600.0,
                                help="seconds for the whole run")
     bridge_runner.add_argument("tests", nargs="*", metavar="TEST",
@@ -240,8 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     if options.command == "bridge":
         try:
-            outcomes = bridge.run(options.checkout, options.mode, options.dut, options.tests,
-                                  options.timeout)
+            if options.outcomes is not None:
+                outcomes = bridge.load(options.outcomes)
+            else:
+                outcomes = bridge.run(options.checkout, options.mode, options.dut,
+                                      options.tests, options.timeout)
         except PeerSetupError as error:
             print(f"peer_suites: {error}", file=sys.stderr)
             return 2

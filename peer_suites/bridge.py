@@ -39,6 +39,12 @@ TEST_TIMEOUT = 300
 #: case fails with an out-of-memory error instead of the kernel ending the whole run.
 MEMORY_LIMIT = 12 * 1024**3
 
+#: Failures outside what the emulator claims (packages/hpu-emulator/README.md): a pattern
+#: searched in ``"<node id>: <cause>"`` and the reason. Such a case ran, but is not a case of
+#: the claimed surface: a name the emulator does not offer (the failure names it), what the
+#: test environment lacks, or a fact only a real device has.
+OUTSIDE_CLAIM: tuple[tuple[str, str], ...] = ()
+
 
 def _environment(outcomes: Path, dut: str, mode: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
@@ -88,6 +94,14 @@ def run(checkout: Path, mode: str, dut: str, paths: list[str], timeout: float
     return json.loads(outcomes.read_text(encoding="utf-8"))
 
 
+def load(path: Path) -> dict[str, dict[str, str]]:
+    """The outcomes a run saved (``bridge-<mode>-<dut>.json`` beside its log)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise PeerSetupError(f"--outcomes {path}: {error}") from error
+
+
 def _limit_memory() -> None:
     import resource
 
@@ -125,30 +139,56 @@ def cause(message: str) -> str:
     return first[:160]
 
 
+def outside_claim(nodeid: str, message: str) -> str | None:
+    """Why a failure is outside what the emulator claims (:data:`OUTSIDE_CLAIM`), if it is."""
+    text = f"{nodeid}: {cause(message)}"
+    for pattern, reason in OUTSIDE_CLAIM:
+        if re.search(pattern, text):
+            return reason
+    return None
+
+
 def summary(outcomes: dict[str, dict[str, str]]) -> tuple[dict[str, collections.Counter[str]],
                                                            collections.Counter[str]]:
-    """Outcomes counted by area, and failures (failed, error) counted by cause."""
+    """Outcomes counted by area (a failure outside the claim is counted ``outside`` too), and
+    failures (failed, error) counted by cause."""
     areas: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     causes: collections.Counter[str] = collections.Counter()
     for nodeid, entry in outcomes.items():
         areas[area(nodeid)][entry["outcome"]] += 1
         if entry["outcome"] in ("failed", "error"):
-            causes[cause(entry.get("message", ""))] += 1
+            message = entry.get("message", "")
+            causes[cause(message)] += 1
+            if outside_claim(nodeid, message) is not None:
+                areas[area(nodeid)]["outside"] += 1
     return dict(areas), causes
+
+
+def outside_reasons(outcomes: dict[str, dict[str, str]]) -> collections.Counter[str]:
+    """The failures outside the claim, counted by reason."""
+    return collections.Counter(
+        reason for nodeid, entry in outcomes.items()
+        if entry["outcome"] in ("failed", "error")
+        and (reason := outside_claim(nodeid, entry.get("message", ""))) is not None)
 
 
 def markdown(outcomes: dict[str, dict[str, str]], mode: str, dut: str, top: int = 25) -> str:
     """The RESULTS.md text of one run: a row an area, then the commonest causes."""
     areas, causes = summary(outcomes)
     lines = [f"### The bridge's tests, `--mode={mode} --dut={dut}`", "",
-             "| area | cases | passed | failed | error | skipped | passed of those run |",
-             "|---|---|---|---|---|---|---|"]
+             "| area | cases | passed | failed | error | skipped | passed of those run "
+             "| outside the claim | passed on the claimed surface |",
+             "|---|---|---|---|---|---|---|---|---|"]
     total: collections.Counter[str] = collections.Counter()
     for name in sorted(areas):
         counts = areas[name]
         total.update(counts)
         lines.append(_row(name, counts))
     lines.append(_row("**total**", total))
+    reasons = outside_reasons(outcomes)
+    if reasons:
+        lines += ["", "Failures outside what the emulator claims, by reason:", ""]
+        lines += [f"- {count}: {reason}" for reason, count in reasons.most_common()]
     if causes:
         lines += ["", f"The {min(top, len(causes))} commonest causes of the failures:", ""]
         lines += [f"- {count}: `{text}`" for text, count in causes.most_common(top)]
@@ -160,5 +200,9 @@ def markdown(outcomes: dict[str, dict[str, str]], mode: str, dut: str, top: int 
 def _row(name: str, counts: collections.Counter[str]) -> str:
     ran = counts["passed"] + counts["failed"] + counts["error"]
     share = f"{100 * counts['passed'] / ran:.1f}%" if ran else "-"
-    return (f"| {name} | {sum(counts.values())} | {counts['passed']} | {counts['failed']} "
-            f"| {counts['error']} | {counts['skipped']} | {share} |")
+    claimed = ran - counts["outside"]
+    claimed_share = f"{100 * counts['passed'] / claimed:.1f}%" if claimed else "-"
+    cases = sum(n for key, n in counts.items() if key != "outside")
+    return (f"| {name} | {cases} | {counts['passed']} | {counts['failed']} "
+            f"| {counts['error']} | {counts['skipped']} | {share} | {counts['outside']} "
+            f"| {claimed_share} |")

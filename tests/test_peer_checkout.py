@@ -74,8 +74,36 @@ def test_the_bridge_run_counts_by_area_and_cause(tmp_path):
     assert areas["any_mode"] == {"passed": 1, "failed": 1}
     assert areas["top level"] == {"skipped": 1}
     assert causes == {"RuntimeError: no kernel for op N": 2}
-    assert "| **total** | 4 | 1 | 2 | 0 | 1 | 33.3% |" in bridge.markdown(outcomes, "eager",
-                                                                         "gaudi2")
+    assert "| **total** | 4 | 1 | 2 | 0 | 1 | 33.3% | 0 | 33.3% |" in bridge.markdown(
+        outcomes, "eager", "gaudi2")
     with pytest.raises(SystemExit):  # --checkout is required
         main(["bridge"])
     assert main(["bridge", "--checkout", str(tmp_path)]) == 2  # not a bridge checkout
+
+
+def test_the_bridge_summary_keeps_failures_outside_the_claim_apart(tmp_path, monkeypatch):
+    """A failure the emulator does not claim (a name it does not offer, the environment) is
+    counted apart: the claimed surface's share leaves it out; a saved run is summarized
+    again with --outcomes."""
+    import json
+
+    from peer_suites import bridge
+
+    monkeypatch.setattr(bridge, "OUTSIDE_CLAIM", (
+        (r"No module named 'torchvision'", "test environment: torchvision"),))
+    outcomes = {
+        "tests/pytest_working/any_mode/test_a.py::test_x": {"outcome": "passed", "message": ""},
+        "tests/pytest_working/any_mode/test_nms.py": {
+            "outcome": "error", "message": "collection: ModuleNotFoundError: No module named "
+                                           "'torchvision'"},
+        "tests/pytest_working/eager/test_b.py::test_y": {"outcome": "failed",
+                                                        "message": "AssertionError: 1 != 2"},
+    }
+    areas, _ = bridge.summary(outcomes)
+    assert areas["any_mode"] == {"passed": 1, "error": 1, "outside": 1}
+    text = bridge.markdown(outcomes, "lazy", "gaudi2")
+    assert "| any_mode | 2 | 1 | 0 | 1 | 0 | 50.0% | 1 | 100.0% |" in text
+    assert "- 1: test environment: torchvision" in text
+    saved = tmp_path / "bridge-lazy-gaudi2.json"
+    saved.write_text(json.dumps(outcomes))
+    assert main(["bridge", "--checkout", str(tmp_path), "--outcomes", str(saved)]) == 0

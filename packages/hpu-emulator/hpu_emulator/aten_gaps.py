@@ -21,6 +21,11 @@ memory; it returns the op's results, or ``NotImplemented`` to let the refusal st
 - ``_add_relu`` in bfloat16 or float16: the bridge's ``add_relu_fwd`` gives the test's
   reference ``relu(input + other * alpha)`` with each step rounded to the dtype
   (``test_hpu_add_relu.py``, 1e-5); torch's CPU kernel has no such dtype.
+- ``_masked_scale`` and ``_fused_dropout``, which torch has for CUDA only: the bridge's
+  ``_masked_scale_gen.cpp`` multiplies ``self * mask`` by ``1 / (1 - 1 / scale)`` in self's
+  dtype (the constant cast to it, so truncated for integers); its ``FusedNativeDropout``
+  (``fused_dropout_gen.cpp``) takes ``p`` as the dropout ratio, as for ``native_dropout``,
+  and returns the scaled result with an int8 mask, drawn from the device's generator.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ _ROUNDING = tuple(f"{name}{suffix}" for name in ("trunc", "floor", "ceil")
                   for suffix in ("", "_", ".out"))
 _ADD_RELU = ("_add_relu.Tensor", "_add_relu_.Tensor", "_add_relu.out", "_add_relu.Scalar",
              "_add_relu_.Scalar")
-OPS = (*_LERP, *_ROUNDING, "uniform_", "take", "take.out", *_ADD_RELU)
+OPS = (*_LERP, *_ROUNDING, "uniform_", "take", "take.out", *_ADD_RELU, "_masked_scale",
+       "_fused_dropout")
 
 
 def _written(name: str, overload: str, args: tuple[Any, ...]) -> torch.Tensor | None:
@@ -105,6 +111,20 @@ def _add_relu(name: str, overload: str, args: tuple[Any, ...]) -> Any:
     return _deliver(torch.relu(self + other * alpha), _written(name, overload, args))
 
 
+def _masked_scale(args: tuple[Any, ...]) -> Any:
+    self, mask, scale = args
+    factor = 1.0 / (1.0 - 1.0 / scale)
+    constant = torch.tensor(factor).to(self.dtype)
+    return self * mask.to(self.dtype) * constant
+
+
+def _fused_dropout(args: tuple[Any, ...]) -> Any:
+    self, p, generator = args
+    keep = torch.empty(self.shape, dtype=torch.float32).bernoulli_(1.0 - p, generator=generator)
+    scale = 1.0 / (1.0 - p) if p < 1.0 else 0.0
+    return (self * keep.to(self.dtype) * scale).to(self.dtype), keep.to(torch.int8)
+
+
 def handle(name: str, overload: str, args: tuple[Any, ...]) -> Any:
     """The results of ``name.overload`` on ``args`` (CPU tensors over device memory), or
     ``NotImplemented`` when the CPU kernel's refusal should stand."""
@@ -119,6 +139,10 @@ def handle(name: str, overload: str, args: tuple[Any, ...]) -> Any:
         return _take(base, overload, args)
     if base in ("_add_relu", "_add_relu_"):
         return _add_relu(base, overload, args)
+    if base == "_masked_scale":
+        return _masked_scale(args)
+    if base == "_fused_dropout":
+        return _fused_dropout(args)
     return NotImplemented
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hpu_emulator import runtime
+from hpu_emulator import bridge_flags, runtime
 from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.generations import Generation, generation_from_name
@@ -634,18 +634,53 @@ def sdp_kernel(enable_recompute: bool = True) -> Iterator[dict[str, Any]]:
 
 
 def enable_dynamic_shape() -> None:
-    """Dynamic shapes need no switch in eager mode."""
+    """The bridge's switch for refining dynamic shapes (``PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES``,
+    ``backend/helpers/dynamic_shape_info.cpp``): kept, and read back by
+    ``get_dynamic_shape_status``; the emulator's recipes follow sizes either way."""
+    bridge_flags.write("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES", True)
 
 
 def disable_dynamic_shape() -> None:
-    """Dynamic shapes need no switch in eager mode."""
+    bridge_flags.write("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES", False)
 
 
 def get_dynamic_shape_status() -> bool:
-    return True
+    return bool(bridge_flags.read("PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES"))
 
 
-_switches = {"inference_mode": False, "matmul3d_2d_reshape": False}
+def enable_optim_output_sif() -> None:
+    """A graph-compiler switch for shape inference of dynamic outputs
+    (``PT_HPU_OPTIM_DYNAMIC_OUTPUT_SIF``); kept, no effect on results."""
+    bridge_flags.write("PT_HPU_OPTIM_DYNAMIC_OUTPUT_SIF", True)
+
+
+def disable_optim_output_sif() -> None:
+    bridge_flags.write("PT_HPU_OPTIM_DYNAMIC_OUTPUT_SIF", False)
+
+
+def enable_quantization() -> None:
+    """The bridge's quantization switch for the graph compiler; kept, no effect on results."""
+    _switches["quantization"] = True
+
+
+def disable_quantization() -> None:
+    _switches["quantization"] = False
+
+
+def set_sync_debug_mode(debug_mode: Any) -> None:
+    """As the bridge: the asynchronous-streams debug switch is an environment variable."""
+    os.environ["PT_ENABLE_HABANA_STREAMASYNC"] = str(debug_mode)
+
+
+def get_sync_debug_mode() -> int:
+    return int(os.environ["PT_ENABLE_HABANA_STREAMASYNC"])
+
+
+def get_gencode_flags() -> str:
+    return ""
+
+
+_switches = {"inference_mode": False, "matmul3d_2d_reshape": False, "quantization": False}
 
 
 def enable_inference_mode() -> None:

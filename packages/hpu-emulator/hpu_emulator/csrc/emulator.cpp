@@ -907,6 +907,12 @@ at::Tensor from_cpu_result(const at::Tensor& t, FallbackState& st) {
       return hpu_tensor_over(a.second, t);
     }
   }
+  if (g_lazy_mode.load(std::memory_order_relaxed) && at::isComplexType(t.scalar_type())) {
+    // Gaudi has no complex dtypes: the bridge's lazy ops run a complex op on the host and
+    // its result stays there (its lazy test_complex: torch.complex of hpu parts is a CPU
+    // tensor).
+    return t;
+  }
   check_dtype(t.scalar_type());
   auto device = st.device < 0 ? t_current_device : st.device;
   auto hpu_storage = adopt_storage(t.storage(), device);
@@ -1463,6 +1469,23 @@ void resize_output_(const c10::OperatorHandle& /*op*/, c10::DispatchKeySet /*ks*
   stack->emplace_back(std::move(self));
 }
 
+// _unique2(self, sorted, return_inverse, return_counts): the bridge's HPU kernels (eager
+// habana_eager/ops/unique2.cpp, lazy lazy_kernels.cpp) return an undefined tensor (None in
+// Python) for an output not asked for, where the CPU's returns an empty one.
+void unique2(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const size_t begin = stack->size() - 4;
+  const bool return_inverse = (*stack)[begin + 2].toBool();
+  const bool return_counts = (*stack)[begin + 3].toBool();
+  fallback(op, ks, stack);
+  const size_t results = stack->size() - 3;
+  if (!return_inverse) {
+    (*stack)[results + 1] = at::Tensor();
+  }
+  if (!return_counts) {
+    (*stack)[results + 2] = at::Tensor();
+  }
+}
+
 // Faults of the Gaudi stack the emulator models (gaudi_faults.py says which, with sources).
 // They are C++ kernels, as the bridge's are, so a Python kernel a library registers over
 // them (Transformers' workarounds) is an override of a C++ kernel, which every torch
@@ -1545,6 +1568,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
   m.impl("convolution_backward",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
+  m.impl("_unique2", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::unique2>());
   m.impl("_resize_output_",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::resize_output_>());
   m.impl("convolution_overrideable",

@@ -120,10 +120,12 @@ def _fake_cast_from_fp8(input: torch.Tensor, scale: Any, out_dtype: torch.dtype,
 
 def _fake_fp8_gemm(A: torch.Tensor, trans_A: bool, B: torch.Tensor, trans_B: bool, D: Any,
                    out_dtype: torch.dtype, *rest: Any) -> torch.Tensor:
-    rows = A.shape[-1] if trans_A else A.shape[-2]
-    cols = B.shape[-2] if trans_B else B.shape[-1]
-    batch = list(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
-    return _like(A, [*batch, rows, cols], out_dtype)
+    """``torch.matmul``'s shape of the (transposed) operands: 1-D operands are vectors."""
+    a = A.new_empty(A.shape, dtype=torch.float32)
+    b = B.new_empty(B.shape, dtype=torch.float32)
+    a = a.transpose(-2, -1) if trans_A else a
+    b = b.transpose(-2, -1) if trans_B else b
+    return torch.matmul(a, b).to(out_dtype)
 
 
 def _fake_softmax_fp8(input: torch.Tensor, dim: int, input_scale: Any = None,
@@ -324,6 +326,7 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          moe.mixture_of_experts_fused, _fake_first),
         (adamw_schema, adamw, _fake_none),
         (optimizers.SGD, optimizers.optimizer_sgd, _fake_none),
+        (optimizers.EMA, optimizers.optimizer_ema, _fake_none),
         (optimizers.LAMB_FUSED_NORM, optimizers.optimizer_lamb_fused_norm, _fake_lamb_norm),
         (optimizers.LAMB_PHASE2, optimizers.optimizer_lamb_phase2, _fake_none),
         (optimizers.SGD_MOMENTUM, optimizers.optimizer_sgd_momentum, _fake_none),
@@ -352,6 +355,8 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
 
 def _softmax_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     return [
+        ("custom_softmax(Tensor input, int flavor) -> Tensor", softmax.custom_softmax,
+         _fake_first),
         ("scaled_masked_softmax(Tensor input, Tensor mask, float scale) -> Tensor",
          softmax.scaled_masked_softmax, _fake_first),
         ("scaled_masked_triangular_softmax(Tensor self, Tensor start_end, "
@@ -402,4 +407,33 @@ def register() -> bool:
             library.define(schema)
             library.impl(name, kernel, "HPU")
             torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
+        for in_place, functional in FUNCTIONALIZED:
+            library.impl(in_place, _functionalized(functional), "Functionalize")
         return True
+
+
+#: In-place ops whose traced form is their functional twin written back: torch.compile's
+#: functionalization takes no custom op returning an alias, and the bridge registers these
+#: for its Functionalize key (eager_custom_op_register.cpp, ``*_functionalization_glue``).
+FUNCTIONALIZED = (("kv_reorder_", "kv_reorder"), ("in_place_interleave_", "in_place_interleave"))
+
+
+def _functionalized(functional: str) -> Callable[..., torch.Tensor]:
+    def glue(self: torch.Tensor, *args: Any) -> torch.Tensor:
+        def unwrap(value: Any) -> Any:
+            if isinstance(value, torch.Tensor) and torch._is_functional_tensor(value):
+                torch._sync(value)
+                return torch._from_functional_tensor(value)
+            return value
+
+        inner = [unwrap(value) for value in (self, *args)]
+        skip = torch._C._ExcludeDispatchKeyGuard(
+            torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize))
+        with skip:
+            result = getattr(torch.ops.hpu, functional)(*inner)
+        torch._functionalize_replace(self, result)
+        torch._functionalize_commit_update(self)
+        torch._sync(self)
+        return self
+
+    return glue

@@ -33,6 +33,10 @@ adds ``adam_step * neg_step * trust_ratio`` to each weight, where the trust rati
 ``weight_norm / adam_norm`` when weight decay or ``use_lamb`` is on and both norms are
 positive, else 1 (``test_hpu_custom_lamb_optimizer.py``). Phase 1 (the moments and the
 norms), which no test of the bridge pins down, is not emulated: ``FusedLamb`` is absent.
+
+``optimizer_ema(model_inputs, updated_ema, decay)`` (``hpex.movingavrg.FusedEMA``) moves each
+floating tensor of the moving average towards the model's: ``ema = ema * d + (1 - d) *
+model``, ``d`` the one-element ``decay``, as the reference in ``test_ema.py`` computes it.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ SGD = (
     "optimizer_sgd(Tensor[] gradients, Tensor(a!)[] weights_in, Tensor(b!) learning_rate, "
     "float wd, float mom, float damp, bool nesterov) -> ()"
 )
+EMA = "optimizer_ema(Tensor[] model_inputs, Tensor(a!)[] updated_ema, Tensor decay) -> ()"
 LAMB_FUSED_NORM = "optimizer_lamb_fused_norm(Tensor[] grad, float max_norm) -> Tensor"
 LAMB_PHASE2 = (
     "optimizer_lamb_phase2(Tensor(a!)[] weights, Tensor[] adam_norms, Tensor[] weight_norms, "
@@ -193,3 +198,12 @@ def optimizer_lamb_phase2(weights: list[torch.Tensor], adam_norms: list[torch.Te
         else:
             ratio = torch.ones_like(ratio)
         weight.add_((adam_step.float() * neg_step.float() * ratio).to(weight.dtype))
+
+
+def optimizer_ema(model_inputs: list[torch.Tensor], updated_ema: list[torch.Tensor],
+                  decay: torch.Tensor) -> None:
+    expect_same_lengths("optimizer_ema", model_inputs=model_inputs, updated_ema=updated_ema)
+    d = decay.reshape(())
+    for model, ema in zip(model_inputs, updated_ema, strict=True):
+        if ema.is_floating_point():
+            ema.mul_(d.to(ema.dtype)).add_((1.0 - d).to(ema.dtype) * model.detach())

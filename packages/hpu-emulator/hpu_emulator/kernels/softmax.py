@@ -20,6 +20,10 @@ its op tests (``test_hpu_scaled_masked_softmax.py``, ``..._triangular_softmax.py
   pair gives the same values bit for bit. ``_retain`` returns the softmax, the reciprocal of
   each row's sum of exponents (float32) and each row's maximum (input dtype), ``[B, S, 1]``.
 
+- ``custom_softmax(input, flavor)`` (``hpex.kernels.CustomSoftmax``, its op test
+  ``test_custom_softmax.py``): the softmax over the last dim; ``flavor`` 1 asks hardware for
+  a cheaper exponent, computed exactly here as 0 is.
+
 Computed in float32, rounded once to the output dtype.
 """
 
@@ -36,6 +40,11 @@ def scaled_masked_softmax(input: torch.Tensor, mask: torch.Tensor, scale: float
                           ) -> torch.Tensor:
     value = input.float() * scale + mask.float()
     return torch.softmax(value, -1).to(input.dtype)
+
+
+def custom_softmax(input: torch.Tensor, flavor: int) -> torch.Tensor:
+    expect(flavor in (0, 1), f"custom_softmax: flavor must be 0 or 1, got {flavor}")
+    return torch.softmax(input.float(), -1).to(input.dtype)
 
 
 def _masked_softmax(scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:

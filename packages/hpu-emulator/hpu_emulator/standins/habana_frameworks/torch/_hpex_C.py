@@ -1,5 +1,6 @@
 """Stand-in for ``habana_frameworks.torch._hpex_C``: the lazy-mode entry points that
-``hpex.normalization.FusedClipNorm`` and ``hpex.optimizers.FusedSGD`` call when
+``hpex.normalization.FusedClipNorm``, ``hpex.optimizers.FusedSGD`` and
+``hpex.movingavrg.FusedEMA`` call when
 ``is_lazy()``. Each runs the same emulated kernel as the eager op."""
 
 from __future__ import annotations
@@ -17,3 +18,4 @@ def fused_norm(grad: list[torch.Tensor], max_norm: torch.Tensor, norm_type: floa
 
 optimizer_sgd = optimizers.optimizer_sgd
 optimizer_sgd_momentum = optimizers.optimizer_sgd_momentum
+fused_ema = optimizers.optimizer_ema

@@ -8,64 +8,31 @@ and restores it. A flag's getter answers the flag, not what the bridge decides f
 ``get_pt_enable_int64_support()`` is False when the variable is unset, although eager mode
 then keeps int64 on the device (``common/eager/utils.cpp``, ``IsInt64Supported``).
 
-The flags here are the ones code outside the bridge reads (the bridge's own tests); another
-name raises AttributeError naming the ones there are. Setting a flag changes what its getter
-answers; the emulator's behaviour follows the environment it started with.
+The flags are ``hpu_emulator.bridge_flags``' (the ones code outside the bridge reads, the
+bridge's own tests among it), shared with ``torch.hpu``'s switches; another name raises
+AttributeError naming the ones there are.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from hpu_plugin.settings import gaudi_flag
-
-#: name: (default, settable); the default's type is the flag's type.
-FLAGS: dict[str, tuple[Any, bool]] = {
-    "PT_HPU_GPU_MIGRATION": (False, False),
-    "PT_ENABLE_INT64_SUPPORT": (False, True),
-    "PT_HPU_ENABLE_REFINE_DYNAMIC_SHAPES": (False, True),
-    "PT_COMPILATION_STATS_PATH": ("", True),
-    "PT_ENABLE_COMM_GROUP_CACHE": (True, False),
-    "PT_HPU_GRAPH_DUMP_MODE": ("", True),
-    "PT_HPU_GRAPH_DUMP_PREFIX": (".graph_dumps", False),
-    "PT_HPU_LAZY_MODE": (1, False),
-    "PT_HPU_PLACE_ON_CPU": ("", False),
-    "PT_HPU_ENABLE_RECORD_STREAM": (False, False),
-}
-
-_set: dict[str, Any] = {}
-
-
-def _read(name: str) -> Any:
-    if name in _set:
-        return _set[name]
-    default, _ = FLAGS[name]
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if isinstance(default, bool):
-        return gaudi_flag(raw)
-    if isinstance(default, int):
-        return int(raw)
-    return raw
+from hpu_emulator.bridge_flags import FLAGS, read, write
 
 
 def _getter(name: str) -> Any:
     def get() -> Any:
-        return _read(name)
+        return read(name)
 
     get.__name__ = f"get_{name.lower()}"
     return get
 
 
 def _setter(name: str) -> Any:
-    default, _ = FLAGS[name]
-
     def set_(value: Any) -> None:
-        _set[name] = type(default)(value)
+        write(name, value)
 
     set_.__name__ = f"set_{name.lower()}"
     return set_

@@ -16,10 +16,12 @@ import enum
 
 import habana_frameworks.torch.hpu as hpu
 import habana_frameworks.torch.hpu.memory as htmem
+import torch
 
 from hpu_emulator import runtime
 
 __all__ = [
+    "_data_ptr",
     "_get_device_type",
     "_get_is_dynamic_quantization",
     "_get_scale_attribute_hash_id",
@@ -76,3 +78,10 @@ def _set_scale_attributes(is_hw_aligned: bool, scale_hash_id: int) -> None:
 
 def _get_scale_attribute_hash_id() -> int:
     return _scale_hash_id
+
+
+def _data_ptr(t: torch.Tensor) -> int:
+    """Where the device holds ``t``'s data: 0 for a tensor without elements, as the bridge's
+    (its pointer may be null then). The emulated device's memory is host memory, so this is
+    the tensor's own ``data_ptr()``."""
+    return t.data_ptr() if t.numel() else 0

@@ -80,8 +80,36 @@ def is_eager_fallback_required(node: torch.fx.Node, is_dynamic: bool = False) ->
     return do_fallback
 
 
+def _plain_index(node: torch.fx.Node) -> bool:
+    """The bridge's pattern rewriter (``_passes/pattern_rewriter.py``) turns ``index.Tensor``
+    of an hpu tensor into ``hpu::plain_index`` when every index is an hpu tensor of static
+    size (no ``None``): ``index`` itself always falls back, ``plain_index`` does not."""
+    if node.target is not torch.ops.aten.index.Tensor or len(node.args) < 2:
+        return False
+    source, indices = node.args[0], node.args[1]
+    value = source.meta.get("val") if isinstance(source, torch.fx.Node) else None
+    if not isinstance(value, torch.Tensor) or value.device.type != "hpu":
+        return False
+    if not isinstance(indices, (list, tuple)):
+        return False
+    for index in indices:
+        index_value = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+        if (not isinstance(index_value, torch.Tensor) or index_value.device.type != "hpu"
+                or any(isinstance(size, torch.SymInt) for size in index_value.shape)):
+            return False
+    return True
+
+
 def _partition(graph_module: torch.fx.GraphModule) -> None:
-    """Ask for every node of a graph ``hpu_backend`` compiles, as the bridge's partitioner."""
+    """Ask for every node of a graph ``hpu_backend`` compiles, as the bridge's partitioner,
+    after the one rewrite of its passes that changes the answer (``plain_index``)."""
+    rewritten = False
+    for node in graph_module.graph.nodes:
+        if node.op == "call_function" and _plain_index(node):
+            node.target = torch.ops.hpu.plain_index.default
+            rewritten = True
+    if rewritten:
+        graph_module.recompile()
     for node in graph_module.graph.nodes:
         if node.op == "call_function":
             node.meta[META_KEY] = is_eager_fallback_required(node, _is_dynamic(node))

@@ -1,7 +1,8 @@
 """Stand-in for ``habana_frameworks.torch.hpex.kernels``: the names the bridge exports that
-code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers, CTCLoss)."""
+code written for Gaudi uses (FusedSDPA, the rotary-embedding helpers, CTCLoss, CustomSoftmax)."""
 
 from .CTCLoss import CTCLoss
+from .CustomSoftmax import CustomSoftmax
 from .FusedSDPA import FusedSDPA, gqa_output_reshape, is_gqa
 from .RotaryPosEmbeddingHelper import (
     RotaryPosEmbeddingHelperV1,
@@ -14,6 +15,7 @@ from .RotaryPosEmbeddingHelper import (
 
 __all__ = [
     "CTCLoss",
+    "CustomSoftmax",
     "FusedSDPA",
     "RotaryPosEmbeddingHelperV1",
     "RotaryPosEmbeddingHelperV2",
