@@ -255,12 +255,15 @@ def test_rng_is_reproducible_and_only_device_0_has_state(run):
         torch.hpu.set_rng_state(state)
         assert torch.equal(c.cpu(), torch.rand(4, device="hpu").cpu())
         assert len(torch.hpu.get_rng_state_all()) == 1
-        for call in (lambda: torch.hpu.get_rng_state("hpu:1"),
-                     lambda: torch.hpu.set_rng_state_all([state, state])):
+        # the bridge's RuntimeErrors (habana_frameworks/torch/hpu/random.py)
+        for call, text in ((lambda: torch.hpu.get_rng_state("hpu:1"),
+                            "hpu get_rng_state supports only device 0"),
+                           (lambda: torch.hpu.set_rng_state_all([state, state]),
+                            "hpu set_rng_state_all supports only states len of 1")):
             try:
                 call()
-            except ValueError:
-                pass
+            except RuntimeError as exc:
+                assert str(exc).startswith(text), exc
             else:
                 raise AssertionError("RNG state beyond device 0 was accepted")
         g = torch.Generator(device="hpu").manual_seed(11)
