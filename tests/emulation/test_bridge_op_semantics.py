@@ -75,12 +75,17 @@ def test_ops_whose_cpu_kernel_refuses_what_the_bridge_takes(run):
         conv = torch.ops.aten.convolution_overrideable(
             i.to("hpu"), w.to("hpu"), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1).cpu()
         out["conv_overrideable"] = torch.allclose(conv, torch.nn.functional.conv2d(i, w))
+        u = torch.tensor([3, 1, 3, 2], device="hpu")
+        _, inverse, counts = torch._unique2(u, sorted=True, return_inverse=False,
+                                            return_counts=True)
+        _, inverse_only = torch._unique(u, sorted=True, return_inverse=False)
+        out["unique_unasked"] = [inverse is None, counts.tolist(), inverse_only is None]
         print("RESULT" + json.dumps(out))
         """, {"PT_HPU_LAZY_MODE": "0"})
     r = result_of(done.stdout)
     assert r == {"lerp": [True, True], "trunc_bool": True, "take_int32": True,
                  "uniform_int": [True, True, True], "add_relu": [True, True],
-                 "conv_overrideable": True}, r
+                 "conv_overrideable": True, "unique_unasked": [True, [1, 1, 2], True]}, r
 
 
 def test_fp8_casts_moe_and_quantize_follow_the_bridge(run):

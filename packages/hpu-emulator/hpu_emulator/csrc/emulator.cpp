@@ -1486,6 +1486,16 @@ void unique2(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::
   }
 }
 
+// _unique(self, sorted, return_inverse): as _unique2, no inverse unless asked for
+// (habana_eager/ops/unique.cpp).
+void unique(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::Stack* stack) {
+  const bool return_inverse = (*stack)[stack->size() - 1].toBool();
+  fallback(op, ks, stack);
+  if (!return_inverse) {
+    (*stack)[stack->size() - 1] = at::Tensor();
+  }
+}
+
 // Faults of the Gaudi stack the emulator models (gaudi_faults.py says which, with sources).
 // They are C++ kernels, as the bridge's are, so a Python kernel a library registers over
 // them (Transformers' workarounds) is an override of a C++ kernel, which every torch
@@ -1569,6 +1579,7 @@ TORCH_LIBRARY_IMPL(aten, HPU, m) {
   m.impl("convolution_backward",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::fallback>());
   m.impl("_unique2", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::unique2>());
+  m.impl("_unique", torch::CppFunction::makeFromBoxedFunction<&hpu_emu::unique>());
   m.impl("_resize_output_",
          torch::CppFunction::makeFromBoxedFunction<&hpu_emu::resize_output_>());
   m.impl("convolution_overrideable",
