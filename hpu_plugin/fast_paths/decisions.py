@@ -13,7 +13,7 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
-``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``) turns one
+``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``, ``_LOSS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -102,6 +102,13 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "class (the decoder layers), shared by every layer",
              "two launches per decoder layer and step (its forward and backward graphs) "
              "instead of one per op", "torch.compile:hpu_backend", switch="TRAIN_GRAPHS"),
+    FastPath("device_loss", "the Trainer's NaN/Inf filter of each step's loss (read on the "
+             "host at every step: logging_nan_inf_filter) and its two reads at a logging step",
+             "the filter's choice made on the device (where(isfinite(loss), loss, average)); "
+             "the loss and gradient norm logged read in one transfer",
+             "a Trainer step that does not wait for the device (without it, one or two host "
+             "synchronisations every step, two at a logging step)",
+             "torch:where", switch="LOSS"),
 )
 
 #: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).
