@@ -15,7 +15,8 @@ is a tensor subclass whose ``isnan`` and ``isinf`` say so on the host, and which
 tensor to everything else). Either branch of the Trainer then adds that number, so the
 running total and every logged loss are the Trainer's own. The one read left is where
 Transformers reads the total anyway: the logging step, which reads the loss and the gradient
-norm in one transfer instead of two.
+norm in one transfer instead of two. Where the model trains through graphs
+(``training_graphs``) the filter is a graph too (one launch instead of three).
 
 Taken for the ``training_step`` a ``Trainer``'s training loop calls (the user's own
 override included, whose result is what the filter sees), when the loss is a 0-d floating
@@ -33,6 +34,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from hpu_plugin.fast_paths import training_graphs
 from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, original_of, ours, record_out
@@ -42,6 +44,7 @@ from hpu_plugin.reporting import say_once
 log = logging.getLogger("hpu_plugin")
 
 NAME = "device_loss"
+BACKEND = "hpu_backend"
 HOST = "transformers"
 ADAPTER = "device loss filter"
 
@@ -76,12 +79,38 @@ def _subclass() -> type:
     return _DECIDED[0]
 
 
-def filtered(loss: Any, total: Any, since_log: int) -> Any:
+def filtered(loss: Any, total: Any, since_log: Any) -> Any:
     """What the Trainer's filter adds to ``total`` for ``loss``: the loss where it is
     finite, else ``total / since_log``. On the device, no read."""
     import torch
 
     return torch.where(torch.isfinite(loss), loss, total / since_log)
+
+
+_graph: list[Any] = []
+
+
+def _filter(loss: Any, total: Any, since_log: int, graph: bool) -> Any:
+    """:func:`filtered`; with ``graph`` (the model trains through graphs) as one
+    ``hpu_backend`` graph (one launch where it is three ops), the count since the log given
+    as a tensor so that one graph serves every step; the ops themselves where the graph
+    cannot be made."""
+    import torch
+
+    if not graph:
+        return filtered(loss, total, since_log)
+    if not _graph:
+        _graph.append(torch.compile(filtered, backend=BACKEND, dynamic=False))
+    if _graph[0] is not None:
+        try:
+            # a float32 count: the division the Trainer makes by its int, to the bit
+            count = torch.tensor(float(since_log), dtype=torch.float32).to(total.device)
+            return _graph[0](loss, total, count)
+        except Exception as exc:  # a fast path: the filter's ops one by one then
+            _graph[0] = None
+            say_once("device-loss-graph-failed", logging.WARNING,
+                     "hpu_plugin: the loss filter runs op by op: %r", exc)
+    return filtered(loss, total, since_log)
 
 
 class _Loop:
@@ -91,6 +120,7 @@ class _Loop:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
         self.mirror: Any = None  # 4.x: the running total, kept in step with the loop's
+        self.graph: bool | None = None  # does the model train through graphs?
 
     def total(self, like: Any) -> Any:
         import torch
@@ -119,7 +149,9 @@ class _Loop:
             return loss
         total = self.total(loss)
         since_log = 1 + trainer.state.global_step - trainer._globalstep_last_logged
-        value = filtered(loss, total, since_log)
+        if self.graph is None:  # known once Accelerate prepared the model
+            self.graph = training_graphs.graphed(trainer.model)
+        value = _filter(loss, total, since_log, self.graph)
         if self.mirror is not None:
             self.mirror = self.mirror + value  # the loop's own addition, done here too
         return value.as_subclass(_subclass())
