@@ -164,6 +164,8 @@ class _Loop:
 
 
 _loops: dict[int, _Loop] = {}
+#: ``TrainingArguments.parallel_mode`` values of a job whose logging gathers nothing.
+_ONE_PROCESS = ("not_parallel", "not_distributed")
 
 
 def _why_not(registry: Registry, trainer: Any) -> str | None:
@@ -235,7 +237,9 @@ def _read_together(trainer: Any, total: Any, grad_norm: Any) -> tuple[Any, Any, 
 
     control, state = trainer.control, trainer.state
     logs = control.should_log and state.global_step > trainer._globalstep_last_logged
-    if not (logs and trainer.args.world_size == 1 and isinstance(total, torch.Tensor)
+    # one process, nothing to gather (a gather of a host value across ranks would fail)
+    alone = getattr(trainer.args.parallel_mode, "value", None) in _ONE_PROCESS
+    if not (logs and alone and isinstance(total, torch.Tensor)
             and total.device.type == DEVICE_TYPE and total.ndim == 0):
         return total, grad_norm, None
     norm = isinstance(grad_norm, torch.Tensor) and grad_norm.device.type == DEVICE_TYPE and (
