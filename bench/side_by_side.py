@@ -229,7 +229,7 @@ def make_weights(path: str) -> None:
 
 
 def run_arm(python: str, arm: str, weights: str, recipes: str, steps: int,
-            tokens: int) -> dict[str, Any]:
+            tokens: int, extra: dict[str, str] | None = None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("HPU_PLUGIN_", "PT_HPU_", "PT_RECIPE"))}
     env.update({"HPU_PLUGIN_EMULATE": "1", "TRANSFORMERS_VERBOSITY": "error",
@@ -239,6 +239,7 @@ def run_arm(python: str, arm: str, weights: str, recipes: str, steps: int,
     if arm == "optimum":
         # its default mode; the plugin's own fast paths stay out of optimum-habana's way
         env.update({"PT_HPU_LAZY_MODE": "1", "HPU_PLUGIN_FAST": "0"})
+    env.update(extra or {})
     done = subprocess.run([python, str(HERE), "--arm", arm, "--weights", weights,
                            "--steps", str(steps), "--tokens", str(tokens)], env=env,
                           capture_output=True, text=True, timeout=3600, check=False)
@@ -269,7 +270,7 @@ def report(results: dict[str, list[dict[str, Any]]], steps: int, tokens: int) ->
                              ("train", "first_step_s", "first Trainer step, s"),
                              ("train", "later_step_s", "later Trainer step, s")):
         print(f"  {label:<28}{plugin[part][key]:>12.2f}{optimum[part][key]:>16.2f}")
-    second = {arm: runs[1] for arm, runs in results.items()}
+    second = {arm: results[arm][1] for arm in ("plugin", "optimum")}
     print("  graph compilations, second run of each job over the same recipe directory:")
     for arm, name in (("plugin", "hpu-plugin"), ("optimum", "optimum-habana")):
         print(f"    {name:<16} generate (second call) {second[arm]['generate']['compilations']:.0f}"
@@ -278,6 +279,13 @@ def report(results: dict[str, list[dict[str, Any]]], steps: int, tokens: int) ->
     same = plugin["generate"]["tokens"] == optimum["generate"]["tokens"] == plugin["cpu_tokens"]
     print(f"  tokens: {'the same in both and on the CPU' if same else 'DIFFER'}"
           f" {plugin['generate']['tokens'][len(PROMPT[0]):]}")
+    model = results["plugin-model"][0]
+    print("  hpu-plugin with HPU_PLUGIN_TRAIN_GRAPHS_REGION=model (the whole model one graph):")
+    for part, label in (("generate", "per token"), ("train", "per bf16 step")):
+        a, b = model[part]["launches"], optimum[part]["launches"]
+        print(f"  {'launches ' + label:<28}{a:>12.2f}{b:>16.2f}{a / b if b else 0:>8.2f}")
+    print(f"  {'first Trainer step, s':<28}{model['train']['first_step_s']:>12.2f}"
+          f"{optimum['train']['first_step_s']:>16.2f}")
     pl, ol = plugin["train"]["train_loss"], optimum["train"]["train_loss"]
     print(f"  mean training loss: hpu-plugin {pl:.5f}, optimum-habana {ol:.5f} (relative "
           f"difference {abs(pl - ol) / abs(ol):.1e}): "
@@ -309,6 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             recipes = os.path.join(folder, f"recipes-{arm}")
             results[arm] = [run_arm(python, arm, weights, recipes, args.steps, args.tokens)
                             for _ in range(2)]
+        results["plugin-model"] = [run_arm(
+            sys.executable, "plugin", weights, os.path.join(folder, "recipes-model"),
+            args.steps, args.tokens, {"HPU_PLUGIN_TRAIN_GRAPHS_REGION": "model"})]
     report(results, args.steps, args.tokens)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

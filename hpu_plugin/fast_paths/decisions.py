@@ -97,11 +97,11 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "forward) instead of one per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
     FastPath("training_graphs", "the training forward and backward of a model that Accelerate "
-             "(or a Trainer) prepares and the user did not compile", "hpu_backend graphs: the "
-             "model's forward and loss as one graph and its backward as another (a model whose "
-             "class declares one graph), else one per repeated block class (the decoder "
-             "layers), shared by every layer (HPU_PLUGIN_TRAIN_GRAPHS_REGION=blocks)",
-             "two launches per step for the model (or per decoder layer) instead of one per op",
+             "(or a Trainer) prepares and the user did not compile", "hpu_backend graphs: one "
+             "per repeated block class (the decoder layers), shared by every layer; with "
+             "HPU_PLUGIN_TRAIN_GRAPHS_REGION=model the model's forward and loss as one graph "
+             "and its backward as another (a model whose class declares one graph)",
+             "two launches per decoder layer (or per step for the model) instead of one per op",
              "torch.compile:hpu_backend", switch="TRAIN_GRAPHS"),
     FastPath("device_loss", "the Trainer's NaN/Inf filter of each step's loss (read on the "
              "host at every step: logging_nan_inf_filter) and its two reads at a logging step",

@@ -10,14 +10,14 @@ of a Transformers model: one ``nn.ModuleList`` of one class) is compiled as Acce
 ``compile_regions`` does: one compiled forward per block class, shared by every layer, so the
 model compiles one forward and one backward graph instead of one per layer.
 
-Where the model's class declares that its forward compiles as one graph (Transformers'
-``_can_compile_fullgraph``, which Llama, Qwen, Mistral, GPT-2 and most decoders set), the
-region is the whole model instead (``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, the default):
-its forward with the loss in one graph and the backward in another, as lazy mode makes a
-step a few graphs; the embedding, the final norm, the head and the loss are then no
-launches of their own. The compilation grows with the depth (dynamo traces every layer),
-where the blocks' region compiles one layer however deep the model:
-``HPU_PLUGIN_TRAIN_GRAPHS_REGION=blocks`` keeps that.
+With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
+forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
+Mistral, GPT-2 and most decoders set), the region is the whole model instead: its forward
+with the loss in one graph and the backward in another, as lazy mode makes a step a few
+graphs; the embedding, the final norm, the head and the loss are then no launches of their
+own. Its compilation grows with the depth (dynamo traces every layer, the graph compiler
+compiles them all), where the blocks' region, the default, compiles one layer however deep
+the model: the first step of a model of 80 layers stays a matter of seconds.
 
 Only ``forward`` is compiled, not ``__call__``: module hooks, gradient checkpointing's
 wrapper and Transformers' output recorders run as before around it. The compiled forward

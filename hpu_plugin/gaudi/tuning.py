@@ -39,7 +39,7 @@ GRAPHS_MOST = 1024
 #: What the training graphs compile: the whole model (``model``, where its class declares
 #: a forward that compiles as one graph) or its repeated blocks (``blocks``).
 TRAIN_GRAPHS_REGION = "HPU_PLUGIN_TRAIN_GRAPHS_REGION"
-TRAIN_GRAPHS_REGIONS = ("model", "blocks")
+TRAIN_GRAPHS_REGIONS = ("blocks", "model")
 #: The switch of the shape buckets; ``_LENGTH``, ``_BATCH`` and ``_CACHE`` give the sizes of
 #: one kind, ``_GROUP`` turns off the grouping of training rows by length.
 BUCKETS = "HPU_PLUGIN_BUCKETS"
@@ -81,7 +81,7 @@ def graph_budget(environ: Mapping[str, str]) -> int:
 
 
 def train_graphs_region(environ: Mapping[str, str] | None = None) -> str:
-    """``HPU_PLUGIN_TRAIN_GRAPHS_REGION``: ``model`` (the default) or ``blocks``."""
+    """``HPU_PLUGIN_TRAIN_GRAPHS_REGION``: ``blocks`` (the default) or ``model``."""
     raw = _given(os.environ if environ is None else environ, TRAIN_GRAPHS_REGION)
     if raw is None:
         return TRAIN_GRAPHS_REGIONS[0]
@@ -89,10 +89,11 @@ def train_graphs_region(environ: Mapping[str, str] | None = None) -> str:
     if region not in TRAIN_GRAPHS_REGIONS:
         raise SettingError(
             TRAIN_GRAPHS_REGION, raw, " or ".join(TRAIN_GRAPHS_REGIONS),
-            fix=f"{TRAIN_GRAPHS_REGION}=model compiles a model's forward and loss as one graph "
-            f"(the default), =blocks one graph per repeated block class (the decoder layers: "
-            f"compile time that does not grow with the depth); {FAST}_TRAIN_GRAPHS=0 turns "
-            "training graphs off")
+            fix=f"{TRAIN_GRAPHS_REGION}=blocks compiles one graph per repeated block class "
+            f"(the decoder layers: compile time that does not grow with the depth; the "
+            f"default), =model the model's forward and loss as one graph (fewer launches, a "
+            f"compilation that grows with the depth); {FAST}_TRAIN_GRAPHS=0 turns training "
+            "graphs off")
     return region
 
 
