@@ -48,6 +48,10 @@ elif api == "accelerate":
         parallelism_config=ParallelismConfig(tp_size=int(os.environ["WORLD_SIZE"])))
     model = AutoModelForCausalLM.from_pretrained(
         path, tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"])
+elif api == "mesh":  # the user's own mesh: torch's DeviceMesh binds device LOCAL_RANK itself
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("hpu", (int(os.environ["WORLD_SIZE"]),), mesh_dim_names=("tp",))
+    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto", device_mesh=mesh)
 elif api == "config":
     model = AutoModelForCausalLM.from_pretrained(
         path, distributed_config=DistributedConfig(tp_size=int(os.environ["WORLD_SIZE"]),
@@ -132,23 +136,62 @@ def _assert_same(found: list[dict], single: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("api", "ranks"), [("tp_plan", 2), ("config", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
+    ("api", "ranks"),
+    [("tp_plan", 2), ("config", 2), ("mesh", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
 def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
                                                          ranks):
     _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)
 
 
+HINT = "hpu_plugin: a Gaudi process drives one device, always hpu:0"
+
+
 def test_a_users_own_binding_to_another_index_keeps_the_bridges_error(tmp_path):
     """Only Transformers' set-up is bound to hpu:0: the user's own call to index 1 is
-    refused by the device guard as on Gaudi."""
+    refused by the device guard as on Gaudi, with the plugin's hint under it."""
     result = run("""
-        import torch
+        import torch, traceback
         from transformers.distributed import utils
         print("bound=" + str(utils._bind_local_device("hpu", 1)))
         try:
             torch.accelerator.set_device_index(1)
         except RuntimeError as exc:
             print("refused=" + str("habana active device: 1 != 0" in str(exc)))
+            traceback.print_exc()
     """, emulated_env(tmp_path, devices=2))
     assert result.lines()["bound"] == "hpu:0"
     assert result.lines()["refused"] == "True"
+    assert HINT in result.stderr
+
+
+#: A script written for GPUs: each rank selects device LOCAL_RANK, then builds a mesh.
+MESH_OF_THREE = """
+import os, torch
+from torch.distributed.device_mesh import init_device_mesh
+try:
+    torch.accelerator.set_device_index(int(os.environ["LOCAL_RANK"]))
+    print("selected", flush=True)
+except RuntimeError as exc:
+    print("refused hint=%s" % (HINT in "".join(getattr(exc, "__notes__", ()))), flush=True)
+init_device_mesh("hpu", (3,), mesh_dim_names=("tp",))
+print("MESH BUILT", flush=True)
+"""
+
+
+def test_a_mesh_of_three_cards_is_refused_before_its_process_group_starts(tmp_path):
+    """Gaudi runs groups of 2 or 4 devices or the whole server: each of the 3 ranks stops
+    in ``init_device_mesh`` with the mesh's sizes and the fix, before any collective. On the
+    way, ranks 1 and 2 select device LOCAL_RANK as GPU code does, and are refused by the
+    device guard with the hint."""
+    script = tmp_path / "mesh.py"
+    script.write_text(f"HINT = {HINT!r}\n" + MESH_OF_THREE)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            "3", str(script)]
+    result = run("", emulated_env(tmp_path, devices=4), argv=argv, cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "MESH BUILT" not in result.stdout
+    assert result.stdout.count("refused hint=True") == 2, result.stdout[-3000:]
+    assert result.stdout.count("selected") == 1
+    refusal = "PlacementError: device mesh='tp=3': it spans 3 of this node's 3 devices"
+    assert result.stderr.count(refusal) >= 1, result.stderr[-3000:]
+    assert "tp_size=4 with torchrun --nproc-per-node 4" in result.stderr
