@@ -154,13 +154,14 @@ def test_the_hpu_accelerator_answers_every_call_of_its_interface(tmp_path):
 @pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.engines_full)])
 def test_init_inference_with_automatic_tensor_parallelism_equals_one_device(tmp_path, ranks):
     """Each of the ranks holds its share of every attention and MLP projection and generates
-    one device's greedy tokens."""
+    one device's greedy tokens. AutoTP splits an MLP in steps of 64 columns (DeepSpeed's
+    default ``tp_grain_size``), so the MLP is 256 wide: 64 columns on each of 4 ranks."""
     saved = tmp_path / "model"
     run(f"""
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
         torch.manual_seed(0)
-        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=256,
                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
         LlamaForCausalLM(config).save_pretrained({str(saved)!r})
     """, emulated_env(tmp_path))
