@@ -2,10 +2,10 @@
 
 consumer_surface/surface.json lists every ``habana_frameworks`` / ``torch.hpu`` /
 ``torch.ops.hpu`` name the pinned releases of DeepSpeed, optimum-habana, lightning-habana,
-sentence-transformers, diffusers, bitsandbytes, Transformers and Accelerate use (written by
-``python -m consumer_surface extract``). Each is resolved in a fresh emulated interpreter, as
-the consumer reaches it; a missing name must be listed in consumer_surface/left_out.json
-with its reason.
+sentence-transformers, diffusers, bitsandbytes, Transformers, Accelerate and Intel Neural
+Compressor use (written by ``python -m consumer_surface extract``). Each is resolved in a
+fresh emulated interpreter, as the consumer reaches it; a missing name must be listed in
+consumer_surface/left_out.json with its reason.
 """
 
 from __future__ import annotations
