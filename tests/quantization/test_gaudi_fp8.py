@@ -13,9 +13,10 @@ tokens) and saved to a local directory. Each user script then loads it with
 Checked against a bf16 run of the same script: the measurement is written by the measure
 run and is what the quantize run reads; every ``nn.Linear`` becomes Neural Compressor's
 ``PatchedLinear`` with ``float8_e4m3fn`` weights; greedy tokens agree for at least 95% of
-tokens, logits stay within 5% of their largest magnitude, and the weights take less device
-memory than in bf16. Gaudi 1 is refused before any weight is read, and a bad switch value
-turns the plugin off at ``import torch`` with one message.
+tokens, logits stay within 5% of their largest magnitude, the weights take less device
+memory than in bf16, and ``generate()`` decodes the fp8 model through compiled graphs as it
+does the bf16 one (a measuring model runs eagerly). Gaudi 1 is refused before any weight is
+read, and a bad switch value turns the plugin off at ``import torch`` with one message.
 """
 
 from __future__ import annotations
