@@ -175,7 +175,7 @@ def measure_model(kind: str, path: str, work: str, tokens: int) -> dict[str, Any
     gc.collect()
 
     # with the decoding graphs off: every op a launch (the decision is taken per model load)
-    os.environ[GRAPHS_SWITCH] = "0"
+    os.environ[GRAPHS_SWITCH] = "0"  # the parent gave this process no HPU_PLUGIN_FAST*
     for arm, config in (("bf16", None), ("fp8", GaudiFp8Config(stats, mode="quantize"))):
         model, _, _ = _load(path, config)
         result[arm]["eager_launches"] = _generate(model, prompts, tokens)[1]
@@ -249,7 +249,10 @@ def main(argv: list[str] | None = None) -> int:
             loss = teach(kind, os.path.join(work, kind), args.steps)
             print(f"{kind}: taught on the CPU, {args.steps} steps, last loss {loss:.4f}")
         for generation in args.generations.split(","):
-            env = {**os.environ, "HPU_PLUGIN_EMULATE": generation,
+            # the plugin's defaults: a fast-path switch the caller exported is left out
+            env = {**{k: v for k, v in os.environ.items()
+                      if not k.startswith("HPU_PLUGIN_FAST")},
+                   "HPU_PLUGIN_EMULATE": generation,
                    "TRANSFORMERS_VERBOSITY": "error",
                    # an empty recipe cache per run: every run compiles as a first one
                    "PT_HPU_RECIPE_CACHE_CONFIG": f"{work}/recipes-{generation},true,1024"}

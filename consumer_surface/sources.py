@@ -46,7 +46,7 @@ CONSUMERS = (
     Consumer("transformers", "5.24.0"),
     Consumer("accelerate", "1.15.0"),
     # Intel Neural Compressor: its Gaudi fp8 quantization (measure, convert, patched
-    # modules) is how Gaudi users run fp8 (issue 33); its wheel holds every framework's code.
+    # modules) is how Gaudi users run fp8; its wheel holds every framework's code.
     Consumer("neural-compressor", "3.10"),
 )
 

@@ -99,7 +99,7 @@ def hpu_device_available() -> bool | None:
 
 
 @answers(lambda value, call: None if isinstance(value, DeviceProperties) and all(
-    isinstance(getattr(value, f.name), int if f.type == "int" else str)
+    isinstance(getattr(value, f.name), int if f.type in (int, "int") else str)
     for f in fields(DeviceProperties)) else _not_allowed("DeviceProperties(str, int, int, str)"))
 @hookspec(firstresult=True)
 def hpu_device_properties() -> DeviceProperties | None:

@@ -323,6 +323,8 @@ def install_device_index_hint(patches: Patches) -> None:
 
     accelerator = getattr(torch, "accelerator", None)
     for name in ("set_device_index", "set_device_idx"):
+        if name == "set_device_idx" and not hasattr(accelerator, name):
+            continue  # torch's deprecated alias: nothing to adapt once torch drops it
         original = original_of(accelerator, name, "torch", "device index hint",
                                f"torch.accelerator.{name}")
         if original is not None:
