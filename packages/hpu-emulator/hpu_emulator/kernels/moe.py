@@ -3,14 +3,21 @@
 Semantics of the bridge's own eager reference (``mixture_of_experts_common`` in
 ``eager_custom_op_register.cpp``), which optimum-habana's Mixtral, Qwen-MoE and DeepSeek
 layers call: for every expert ``e`` (the index into ``w1``/``w2``/``w3``), ``h = act(x @ W1)
-* (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to the
-experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True`` means
-the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
+* (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to
+the experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True``
+means the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
 ``relu`` or ``silu``. ``experts_min``/``experts_max`` only steer the hardware kernel (the
 bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
 concatenated (on dim 0 when permuted, else dim 1). ``router_weights`` must have
 ``hidden_states``' dtype and the routing table must be int64, as the bridge's scatter of the
 one by the other requires.
+
+``fp8_measurement`` and ``fp8_measurement_fused_weights`` (Neural Compressor's measure run
+of a Gaudi MoE block) also return, per expert, the largest value of ``act(x @ W1) * (x @
+W2)`` over all tokens as float32 (the reference's ``torch::amax``: the maximum, not the
+largest magnitude), in a tensor on the CPU, where the reference creates it. The bridge
+v1.19.0 registers them in eager mode only (its lazy library declares the two forms above),
+and so does the emulator: ``PT_HPU_LAZY_MODE=0``.
 """
 
 from __future__ import annotations
@@ -29,7 +36,9 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 
 def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
              router_weights: torch.Tensor, w1: list[torch.Tensor], w2: list[torch.Tensor],
-             w3: list[torch.Tensor], permuted_weights: bool, activation: str) -> torch.Tensor:
+             w3: list[torch.Tensor], permuted_weights: bool, activation: str,
+             amax: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """The block's output; with ``amax``, each expert's intermediate maximum is appended."""
     op = "mixture_of_experts"
     expect(activation in ACTIVATIONS,
            f"{op}: activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
@@ -63,7 +72,12 @@ def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
     out = torch.zeros_like(x)
     for e in range(experts):
         a, b, c = (w[e].float().t() if permuted_weights else w[e].float() for w in (w1, w2, w3))
-        out += torch.matmul(act(x @ a) * (x @ b), c) * padded[:, e:e + 1]
+        intermediate = act(x @ a) * (x @ b)
+        if amax is not None:
+            # the reference computes it from its dtype's product; the maximum of the float32
+            # product rounded to that dtype is the same value
+            amax.append(intermediate.amax().to(hidden_states.dtype).float())
+        out += torch.matmul(intermediate, c) * padded[:, e:e + 1]
     return out.to(hidden_states.dtype)
 
 
@@ -75,12 +89,42 @@ def mixture_of_experts(hidden_states: torch.Tensor, expert_routing_table: torch.
                     permuted_weights, activation)
 
 
+def _split(w12: list[torch.Tensor], permuted_weights: bool
+           ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """W1 and W2 out of their concatenation (dim 0 when permuted, else dim 1)."""
+    dim = 0 if permuted_weights else 1
+    halves = [w.split(w.shape[dim] // 2, dim) for w in w12]
+    return [h[0] for h in halves], [h[1] for h in halves]
+
+
 def mixture_of_experts_fused(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
                              router_weights: torch.Tensor, w12: list[torch.Tensor],
                              w3: list[torch.Tensor], permuted_weights: bool, activation: str,
                              experts_min: int, experts_max: int) -> torch.Tensor:
-    dim = 0 if permuted_weights else 1
-    halves = [w.split(w.shape[dim] // 2, dim) for w in w12]
-    return _experts(hidden_states, expert_routing_table, router_weights,
-                    [h[0] for h in halves], [h[1] for h in halves], w3, permuted_weights,
-                    activation)
+    w1, w2 = _split(w12, permuted_weights)
+    return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                    permuted_weights, activation)
+
+
+def mixture_of_experts_fp8_measurement(
+        hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+        router_weights: torch.Tensor, w1: list[torch.Tensor], w2: list[torch.Tensor],
+        w3: list[torch.Tensor], permuted_weights: bool, activation: str, experts_min: int,
+        experts_max: int, measurement_mode: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(output, amax per expert)``; the reference computes the maxima whatever
+    ``measurement_mode`` says."""
+    amax: list[torch.Tensor] = []
+    out = _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
+                   permuted_weights, activation, amax)
+    return out, torch.stack(amax).cpu()
+
+
+def mixture_of_experts_fp8_measurement_fused(
+        hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
+        router_weights: torch.Tensor, w12: list[torch.Tensor], w3: list[torch.Tensor],
+        permuted_weights: bool, activation: str, experts_min: int, experts_max: int,
+        measurement_mode: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    w1, w2 = _split(w12, permuted_weights)
+    return mixture_of_experts_fp8_measurement(
+        hidden_states, expert_routing_table, router_weights, w1, w2, w3, permuted_weights,
+        activation, experts_min, experts_max, measurement_mode)
