@@ -1,10 +1,11 @@
 """``python -m consumer_surface extract|resolve|report`` (consumer_surface/README.md).
 
-extract: read the pinned releases (downloaded with pip into a cache) and rewrite
-surface.json. resolve: print, as JSON, why each name is missing (null when present) in
-this process; run it with ``HPU_PLUGIN_EMULATE=1``. report: run resolve on the emulator
-and print the share of names present, per consumer. Both run in lazy mode, the bridge's
-default (``PT_HPU_LAZY_MODE`` unset is 1 there), in which it offers its HPU-graph API.
+extract [DISTRIBUTION...]: read the pinned releases (downloaded with pip into a cache) and
+rewrite surface.json; with names, read only those and keep the other entries. resolve:
+print, as JSON, why each name is missing (null when present) in this process; run it with
+``HPU_PLUGIN_EMULATE=1``. report: run resolve on the emulator and print the share of names
+present, per consumer. Both run in lazy mode, the bridge's default (``PT_HPU_LAZY_MODE``
+unset is 1 there), in which it offers its HPU-graph API.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def main(argv: list[str]) -> int:
     if command == "extract":
         from consumer_surface.extract import extract
 
-        extract()
+        extract(only=tuple(argv[1:]))
         return 0
     if command == "resolve":
         print(json.dumps(_resolve_all(), indent=1))

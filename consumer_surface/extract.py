@@ -36,13 +36,27 @@ def consumer_names(consumer: Consumer) -> dict[str, dict[str, object]]:
     return dict(sorted(found.items()))
 
 
-def extract(path: Path = SURFACE) -> dict[str, object]:
-    """Read every pinned release and write the surface file."""
+def extract(path: Path = SURFACE, only: tuple[str, ...] = ()) -> dict[str, object]:
+    """Read the pinned releases and write the surface file. With ``only`` (distribution
+    names), just those are read and every other consumer keeps its entry from the file, so a
+    new pin does not download every other release again."""
+    unknown = set(only) - {consumer.distribution for consumer in CONSUMERS}
+    if unknown:
+        raise ValueError(f"not pinned in consumer_surface/sources.py: {sorted(unknown)}")
+    kept = json.loads(path.read_text(encoding="utf-8"))["consumers"] if only else {}
+    consumers = {}
+    for consumer in CONSUMERS:
+        if only and consumer.distribution not in only:
+            if consumer.key not in kept:
+                raise ValueError(f"{consumer.key} is not in {path.name} yet: name it too")
+            consumers[consumer.key] = kept[consumer.key]
+        else:
+            consumers[consumer.key] = consumer_names(consumer)
     surface = {
         "about": "Bridge names used by the pinned consumers' released code; "
                  "written by `python -m consumer_surface extract`, checked by "
                  "tests/emulation/test_consumer_surface.py.",
-        "consumers": {consumer.key: consumer_names(consumer) for consumer in CONSUMERS},
+        "consumers": consumers,
     }
     path.write_text(json.dumps(surface, indent=1, sort_keys=False) + "\n", encoding="utf-8")
     return surface

@@ -45,6 +45,9 @@ CONSUMERS = (
     Consumer("transformers", "4.51.3"),
     Consumer("transformers", "5.24.0"),
     Consumer("accelerate", "1.15.0"),
+    # Intel Neural Compressor: its Gaudi fp8 quantization (measure, convert, patched
+    # modules) is how Gaudi users run fp8; its wheel holds every framework's code.
+    Consumer("neural-compressor", "3.10"),
 )
 
 

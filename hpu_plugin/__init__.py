@@ -1,18 +1,15 @@
 """Run unchanged Hugging Face code on Intel Gaudi (torch device ``hpu``).
 
-:func:`autoload` runs inside every ``import torch`` through the ``torch.backends`` entry
-point, so this module imports nothing at its top; on a machine without Gaudi it answers
-itself and is the only module of the package loaded. Everything else goes to
-``hpu_plugin.activation``. :data:`state` (what activation did) lives here so every layer
-reads it without importing activation.
+:func:`autoload` runs inside every ``import torch`` (the ``torch.backends`` entry point), so
+this module imports nothing at its top: without Gaudi it answers itself and is the only
+module of the package loaded; everything else goes to ``hpu_plugin.activation``.
 """
 
 __version__ = "0.1.0"
 
-#: What activation did in this process, for ``hpu-plugin info``, the hosts' reports and the
-#: tests: ``status`` off (not run yet) | skipped | active | failed, and a ``reason``;
-#: ``emulator`` is "started" once the emulator runs. Written by :func:`autoload` and
-#: ``activation`` only.
+#: What activation did: ``status`` off (not run yet) | skipped | active | failed, a
+#: ``reason``, and ``emulator`` "started" once the emulator runs. Here, so every layer reads
+#: it without importing activation.
 state: dict[str, str] = {"status": "off", "reason": "not run"}
 
 #: Why the plugin is off on a machine without Gaudi (the common case).
@@ -22,11 +19,9 @@ NO_GAUDI = "no Gaudi software and no emulation requested"
 def autoload() -> None:
     """Entry point of the ``torch.backends`` group; idempotent; never raises.
 
-    The common case, no switch set and no ``habana_frameworks`` to be found at all, is
-    answered here with two environment look-ups and one ``find_spec``, loading nothing more
-    (``os`` and ``importlib.util`` are loaded by then). Anything else, a broken finder on
-    ``sys.meta_path`` included, goes to ``activation.autoload``, which reads the same
-    variables with their parsers and reports what it finds.
+    The common case, no switch set and no ``habana_frameworks`` to be found, is answered
+    with two environment look-ups and one ``find_spec``. Anything else, a broken finder on
+    ``sys.meta_path`` included, goes to ``activation.autoload``, which reports what it finds.
     """
     if state["status"] != "off":
         return

@@ -1,13 +1,10 @@
 """What runs inside ``import torch`` when there may be Gaudi to serve.
 
-The ``torch.backends`` entry point is ``hpu_plugin.autoload`` (the package root): it answers
-the common case (no Gaudi software, no switch set) without loading this module, so
-``import torch`` on a machine without Gaudi loads ``hpu_plugin`` only
-(``tests/activation/test_import_footprint.py`` checks it). Everything else comes here.
-PyTorch turns any exception raised inside the entry point into a failed ``import torch``
-for every program on the machine, so :func:`autoload` never raises: a fault is logged once
-and the plugin stays off. The emulator, when requested, is reached through
-``hpu_plugin.emulator`` only.
+The package root's ``autoload`` answers the common case (no Gaudi software, no switch) and
+hands everything else here. PyTorch turns an exception raised in the entry point into a
+failed ``import torch`` for every program on the machine, so :func:`autoload` never raises:
+a fault is logged once and the plugin stays off, with what it changed taken back. The
+emulator, when requested, is reached through ``hpu_plugin.emulator`` only.
 """
 
 from __future__ import annotations
@@ -42,13 +39,11 @@ def autoload() -> None:
 
 
 def _take_back() -> None:
-    """A plugin that ends failed leaves the environment as it found it: the defaults it
-    exported would otherwise reach child processes as if the user had set them; host
-    adapters already installed would ask a plugin that is off; an emulator that failed half
-    way would leave its ``hl-smi`` on ``PATH`` and its ``torch.manual_seed``. Without a
-    running emulator its stand-ins must not be found: hosts that find ``habana_frameworks``
-    import it and take their Gaudi branches. (A runtime the emulator loaded stays loaded, and
-    ``torch.hpu`` once registered stays: torch has no way to take either back.)"""
+    """A plugin that ends failed leaves the process as it found it: exported defaults would
+    reach child processes as the user's, installed adapters would ask a plugin that is off,
+    and stand-ins found without a running emulator would send hosts into their Gaudi
+    branches. (A loaded runtime and a registered ``torch.hpu`` stay: torch cannot take
+    either back.)"""
     if state["status"] != "failed":
         return
     try:
@@ -66,10 +61,9 @@ def _take_back() -> None:
 
 
 def _export_defaults(registry: Registry) -> list[str]:
-    """The ``hpu_prepare_environment`` hooks fill a copy of the environment; what they
-    changed is exported through ``this_process.environment``, recorded so that
-    :func:`_take_back` can remove it and the diagnostics can tell it from the user's.
-    Returns the names set."""
+    """The ``hpu_prepare_environment`` hooks fill a copy of the environment; what they added
+    is exported through ``this_process.environment`` (recorded: taken back on failure, told
+    apart from the user's by the diagnostics). Returns the names set."""
     from hpu_plugin.patching import this_process
 
     proposed = dict(os.environ)
@@ -112,21 +106,16 @@ def _activate() -> None:
         )
         emulate = False
 
-    if emulate:
-        from hpu_plugin import emulator
-
-        try:  # a missing emulator or a bad setting stops here, before anything changes
-            emulator.check_settings()
-        except emulator.EmulatorError as exc:
-            state.update(status="failed", reason=str(exc))
-            log.error("hpu_plugin: %s", exc)
-            return
-
-    # The fast paths' and shape buckets' settings are read deep inside train() and
-    # generate(); a bad one is refused here, once, before anything changes.
+    from hpu_plugin import emulator
     from hpu_plugin.gaudi import tuning
 
-    faults = tuning.faults(environ)
+    try:  # a missing emulator or a bad setting stops here, before anything changes
+        if emulate:
+            emulator.check_settings()
+        # the fast paths' settings are read deep inside train() and generate(): refused here
+        faults = tuning.faults(environ)
+    except emulator.EmulatorError as exc:
+        faults = [exc]
     if faults:
         state.update(status="failed", reason="; ".join(str(fault) for fault in faults))
         log.error("hpu_plugin: %s", state["reason"])
@@ -146,8 +135,6 @@ def _activate() -> None:
             ", ".join(late), " ".join(f"{name}={environ[name]}" for name in late),
         )
     if emulate:
-        from hpu_plugin import emulator
-
         try:
             emulator.start()
         except emulator.EmulatorError as exc:

@@ -1,24 +1,18 @@
 """The one guard around every hook implementation: exceptions, answers, time, re-entry.
 
-A plugin's hook runs inside the user's ``import torch``, ``torch.compile`` or
-``init_process_group``, so whatever it does is contained here, for every hook alike:
+A hook runs inside the user's ``import torch``, ``torch.compile`` or ``init_process_group``,
+so whatever it does is contained here, for every hook and every form alike:
 
-- *exceptions*: anything a plain, ``tryfirst`` or ``trylast`` implementation or a
-  ``wrapper`` (before or after its ``yield``) raises, short of :class:`KeyboardInterrupt`
-  (the user's Ctrl-C) and :class:`hookspecs.Refusal` (a plugin's deliberate answer), is
+- anything an implementation or a wrapper (before or after its ``yield``) raises, short of
+  the user's :class:`KeyboardInterrupt` and a plugin's deliberate :class:`Refusal`, is
   reported once and undone: the decision falls to the next implementation;
-- *answers*: checked by the hook's one check (:data:`hookspecs.CHECKS`), items and fields
-  included (a ``{"x": object()}`` from ``hpu_job_facts`` would end every rank in JSON); a
-  failure is a fault;
-- *time*: a call slower than :data:`SLOW_HOOK` is reported naming the plugin. It is not
-  interrupted: a hook runs inside the user's call, and cutting it off mid-way could leave
-  what it was doing half done;
-- *re-entry*: an implementation that reaches its own hook again (a compile hook calling
-  ``torch.compile``) is skipped in the inner call and reported, rather than recursing until
-  a ``RecursionError`` strikes wherever the stack is deepest (often a half-done import).
-
-Everything reported is formatted by :func:`describe`, which never raises and cuts long text:
-an exception whose ``repr`` raises is described by its type.
+- an answer must pass its hook's check (:data:`hookspecs.CHECKS`), or it is a fault too
+  (a ``{"x": object()}`` from ``hpu_job_facts`` would end every rank in JSON);
+- a call slower than :data:`SLOW_HOOK` is reported, not interrupted: cutting a hook off
+  mid-way could leave what it was doing half done;
+- an implementation that reaches its own hook again (a compile hook calling
+  ``torch.compile``) is skipped in the inner call, rather than recursing until a
+  ``RecursionError`` strikes wherever the stack is deepest.
 """
 
 from __future__ import annotations
@@ -36,6 +30,10 @@ from hpu_plugin import hookspecs
 SLOW_HOOK = 1.0
 #: Characters of a value or exception shown in a report.
 SHOWN = 300
+#: Every hook a plugin may implement.
+HOOK_NAMES: frozenset[str] = frozenset(
+    name for name, spec in inspect.getmembers(hookspecs, inspect.isfunction)
+    if getattr(spec, hookspecs.PROJECT + "_spec", None) is not None)
 
 
 class Reporter(Protocol):
@@ -48,26 +46,23 @@ def passes(exc: BaseException) -> bool:
 
 
 def describe(value: object, limit: int = SHOWN) -> str:
-    """``repr(value)`` cut to ``limit`` characters; never raises, whatever ``value`` is."""
+    """``repr(value)`` cut to ``limit`` characters; never raises (a hostile ``__repr__`` is
+    described by its type)."""
     try:
         text = repr(value)
-    except BaseException as exc:  # a hostile __repr__ must not escape the guard
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         text = f"<{type(value).__name__} whose repr() raised {type(exc).__name__}>"
-    if len(text) > limit:
-        text = f"{text[:limit]}... ({len(text)} characters)"
-    return text
+    return f"{text[:limit]}... ({len(text)} characters)" if len(text) > limit else text
 
 
-#: Every hook a plugin may implement.
-HOOK_NAMES: frozenset[str] = frozenset(
-    name for name, spec in inspect.getmembers(hookspecs, inspect.isfunction)
-    if getattr(spec, hookspecs.PROJECT + "_spec", None) is not None
-)
+class _Unfinished(Exception):
+    """A wrapper that yielded again, or raised back what was thrown into it."""
+
 
 class _Call:
-    """One plugin's implementation of one hook: its checks, its clock and its re-entry."""
+    """One plugin's implementation of one hook: its check, its clock and its re-entry."""
 
     def __init__(self, hook: str, function: Callable[..., Any], report: Reporter) -> None:
         self.hook, self.function, self.report = hook, function, report
@@ -79,7 +74,6 @@ class _Call:
             self.names = ()
 
     def reentered(self) -> bool:
-        """Is this implementation already running on this thread? Reported when it is."""
         if not getattr(self.active, "on", False):
             return False
         self.report(self.hook + ":reentry", f"reached {self.hook} again from inside its own "
@@ -108,8 +102,7 @@ class _Call:
         """Does the answer pass its hook's check? A failure is reported naming the value."""
         if value is None or self.check is None:
             return True
-        call = {**dict(zip(self.names, args, strict=False)), **kwargs}
-        problem = self.check(value, call)
+        problem = self.check(value, {**dict(zip(self.names, args, strict=False)), **kwargs})
         if problem:
             self.report(self.hook + ":answer", f"returned {describe(value)} "
                         f"({type(value).__name__}) from {self.hook}: {problem}; refused")
@@ -138,69 +131,59 @@ def guard(hook: str, function: Callable[..., Any], opts: Mapping[str, Any],
 
 
 def _guard_wrapper(call: _Call) -> Callable[..., Any]:
-    """A wrapper: faults make it a pass-through; what it returns is checked. An exception
-    from the implementations inside (a :class:`Refusal`) is thrown into the plugin's
-    wrapper, so it can see and handle it as pluggy promises."""
+    """A wrapper: a fault makes it a pass-through; what it returns is checked. An exception
+    from the implementations inside (a :class:`Refusal`) is thrown into the plugin's wrapper,
+    so it can see and handle it as pluggy promises."""
+
+    def enter(args: tuple[Any, ...], kwargs: Mapping[str, Any]
+              ) -> Generator[Any, Any, Any] | None:
+        def first() -> Generator[Any, Any, Any]:
+            inner = call.function(*args, **kwargs)
+            next(inner)
+            return inner
+
+        try:
+            ok, inner = call.run(first, "the wrapper before its yield")
+        except StopIteration:
+            call.report(call.hook, f"wrapper {call.hook} did not yield; skipped")
+            return None
+        return inner if ok else None
+
+    def resume(inner: Generator[Any, Any, Any], step: Callable[[], Any],
+               thrown: BaseException | None = None) -> tuple[bool, Any]:
+        def finish() -> Any:
+            try:
+                step()
+            except StopIteration as stop:
+                return stop.value
+            except BaseException as raised:
+                if raised is thrown:
+                    raise _Unfinished from None
+                raise
+            try:
+                inner.close()
+            finally:
+                call.report(call.hook, f"wrapper {call.hook} yielded twice; skipped")
+            raise _Unfinished
+
+        try:
+            return call.run(finish, "the wrapper after its yield")
+        except _Unfinished:
+            return False, None
 
     @functools.wraps(call.function)
     def guarded(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        inner = None if call.reentered() else _enter(call, args, kwargs)
+        inner = None if call.reentered() else enter(args, kwargs)
         if inner is None:
             return (yield)
         try:
             result = yield
         except Exception as exc:  # the implementations inside raised: let it see that
-            ok, value = _resume(call, inner, functools.partial(inner.throw, exc), exc)
+            ok, value = resume(inner, functools.partial(inner.throw, exc), exc)
             if ok and call.accepts(value, args, kwargs):
                 return value
             raise
-        ok, value = _resume(call, inner, functools.partial(inner.send, result))
+        ok, value = resume(inner, functools.partial(inner.send, result))
         return value if ok and call.accepts(value, args, kwargs) else result
 
     return guarded
-
-
-def _enter(call: _Call, args: tuple[Any, ...], kwargs: Mapping[str, Any]
-           ) -> Generator[Any, Any, Any] | None:
-    """Run a wrapper up to its ``yield``; ``None`` (reported) when it faulted before."""
-    def first() -> Generator[Any, Any, Any]:
-        inner = call.function(*args, **kwargs)
-        next(inner)
-        return inner
-
-    try:
-        ok, inner = call.run(first, "the wrapper before its yield")
-    except StopIteration:
-        call.report(call.hook, f"wrapper {call.hook} did not yield; skipped")
-        return None
-    return inner if ok else None
-
-
-class _Unfinished(Exception):
-    """A wrapper that yielded again, or raised back what was thrown into it."""
-
-
-def _resume(call: _Call, inner: Generator[Any, Any, Any], step: Callable[[], Any],
-            thrown: BaseException | None = None) -> tuple[bool, Any]:
-    """Resume a wrapper after its ``yield``: ``(True, its return value)``, or ``(False,
-    None)`` when it raised (a fault, reported; a refusal of its own goes on), gave back the
-    exception thrown into it, or yielded twice (reported)."""
-    def finish() -> Any:
-        try:
-            step()
-        except StopIteration as stop:
-            return stop.value
-        except BaseException as raised:
-            if raised is thrown:
-                raise _Unfinished from None
-            raise
-        try:
-            inner.close()
-        finally:
-            call.report(call.hook, f"wrapper {call.hook} yielded twice; skipped")
-        raise _Unfinished
-
-    try:
-        return call.run(finish, "the wrapper after its yield")
-    except _Unfinished:
-        return False, None

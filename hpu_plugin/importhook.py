@@ -1,15 +1,12 @@
 """Post-import hooks: run a callback once a named module has finished executing.
 
-Activation runs inside ``import torch``, which a host library may trigger half-way through
-its own import (``import accelerate`` imports torch before ``accelerate.utils`` exists;
-Transformers may be mid-import). So an adapter cannot simply patch what is there: it
-registers a callback here, which runs at once for a module already fully imported, when a
-module still initialising finishes, or right after a module not yet imported executes.
-Patching the origin before the host's other modules import it means they bind the
-replacement themselves. The emulator registers here too (``hpu_backend`` once dynamo's
-backend registry has loaded): one finder of ours on ``sys.meta_path``, whatever waits.
-Each callback has an owner (``"hosts"``, ``"emulator"``), so undoing the host adapters
-drops their callbacks and leaves the emulator's.
+Activation runs inside ``import torch``, which a host may trigger half-way through its own
+import (``import accelerate`` imports torch before ``accelerate.utils`` exists). So an
+adapter registers a callback here, which runs at once for a module fully imported, when a
+module still initialising finishes, or right after a module not yet imported executes:
+patching the origin before the host's other modules import it means they bind the
+replacement themselves. One finder of ours on ``sys.meta_path`` serves every owner
+(``"hosts"``, ``"emulator"``), and undoing one owner drops only its callbacks.
 """
 
 from __future__ import annotations
@@ -39,9 +36,7 @@ class _Loader(importlib.abc.Loader):
     """Delegates to the real loader and fires the callbacks after the module executed."""
 
     def __init__(self, inner: Any, finder: PostImportFinder, name: str) -> None:
-        self._inner = inner
-        self._finder = finder
-        self._name = name
+        self._inner, self._finder, self._name = inner, finder, name
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
         create = getattr(self._inner, "create_module", None)
@@ -68,12 +63,9 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         self._lock = threading.RLock()
         self._local = threading.local()
 
-    def find_spec(
-        self,
-        fullname: str,
-        path: Sequence[str] | None,
-        target: types.ModuleType | None = None,
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if self.initializing:
             self.poll()
         if fullname not in self.pending or getattr(self._local, "busy", False):
@@ -110,20 +102,16 @@ class PostImportFinder(importlib.abc.MetaPathFinder):
         with self._lock:
             for waiting in (self.pending, self.initializing):
                 for name in list(waiting):
-                    kept = [entry for entry in waiting[name] if entry[0] != owner]
-                    if kept:
-                        waiting[name] = kept
-                    else:
+                    waiting[name] = [entry for entry in waiting[name] if entry[0] != owner]
+                    if not waiting[name]:
                         del waiting[name]
             return bool(self.pending or self.initializing)
 
     def poll(self) -> None:
         """Fire callbacks of modules that were mid-import and have finished since."""
         with self._lock:
-            done = [
-                name for name in self.initializing
-                if name in sys.modules and not _initializing(sys.modules[name])
-            ]
+            done = [name for name in self.initializing
+                    if name in sys.modules and not _initializing(sys.modules[name])]
             ready = [(name, self.initializing.pop(name)) for name in done]
         for name, entries in ready:
             for _, callback in entries:
@@ -143,10 +131,8 @@ def _run(name: str, module: types.ModuleType, callback: Callback) -> None:
         from hpu_plugin.patching import record_out
 
         record_out(name.split(".")[0], f"for {name}", f"failed: {exc!r}")
-        log.warning(
-            "hpu_plugin: the adapter for %s (%s) failed and stays out: %r",
-            name, getattr(callback, "__qualname__", callback), exc,
-        )
+        log.warning("hpu_plugin: the adapter for %s (%s) failed and stays out: %r",
+                    name, getattr(callback, "__qualname__", callback), exc)
 
 
 _finder: PostImportFinder | None = None
@@ -167,8 +153,7 @@ def when_imported(name: str, callback: Callback, owner: str = "hosts") -> None:
 
 
 def pending(owner: str = "hosts") -> list[str]:
-    """The modules some callback of ``owner`` still waits for (the diagnostics import them
-    to see)."""
+    """The modules some callback of ``owner`` still waits for (the diagnostics import them)."""
     if _finder is None:
         return []
     return [name for name, entries in list(_finder.pending.items())

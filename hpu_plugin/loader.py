@@ -1,13 +1,10 @@
 """Finding plugin entry points and importing them, timed.
 
-A plugin's import runs inside ``import torch``, on the thread that imports torch. It is
-timed, and one slower than ``HPU_PLUGIN_IMPORT_BUDGET`` is reported by name once: while it
-is still running (a third-party plugin) or after it finished; it is not interrupted. An
-interruption cannot be made safe: raised into an import it can land inside another
-module's import (leaving it half done) or inside a lock, and it cannot end a C call. A
-plugin whose import never returns, or ends the process (``os._exit``), is named by
-``hpu-plugin doctor``, which imports each plugin in a child process of its own
-(:mod:`hpu_plugin.diagnostics.imports`).
+A plugin's import runs inside ``import torch``. One slower than ``HPU_PLUGIN_IMPORT_BUDGET``
+is reported by name (:mod:`.registry`), never interrupted: an exception raised into an import
+can land inside another module's import or a lock, and cannot end a C call. A plugin whose
+import never returns, or ends the process, is named by ``hpu-plugin doctor``, which imports
+each plugin in a child process of its own (:mod:`hpu_plugin.diagnostics.imports`).
 """
 
 from __future__ import annotations
@@ -27,13 +24,10 @@ ENTRY_POINT_GROUP = hookspecs.PROJECT
 
 @dataclass
 class PluginRecord:
-    """One entry point as ``hpu-plugin plugins`` shows it.
-
-    ``status`` is ``enabled`` (registered), ``faulted`` (registered, but a hook of it
-    faulted: it keeps being asked, since a fault may depend on the input; each fault is in
-    ``faults``, the first is its ``reason``), ``disabled`` (a switch kept it out) or
-    ``failed`` (it could not be used; ``reason`` says why).
-    """
+    """One entry point as ``hpu-plugin plugins`` shows it. ``status``: ``enabled``,
+    ``faulted`` (registered, a hook of it faulted; still asked, since a fault may depend on
+    the input; its ``faults``, the first is the ``reason``), ``disabled`` (by a switch) or
+    ``failed`` (unusable; ``reason`` says why)."""
 
     name: str
     value: str
@@ -54,13 +48,9 @@ def normalise(dist_name: str) -> str:
 
 def discover(path: list[str] | None = None, warn: Callable[..., None] | None = None
              ) -> list[metadata.EntryPoint]:
-    """Every ``hpu_plugin`` entry point installed on ``path`` (default ``sys.path``).
-
-    ``metadata.entry_points()`` raises for all when one distribution anywhere has a
-    malformed ``entry_points.txt``; read distribution by distribution instead, so such a
-    one is reported and the others load. The first distribution of a name on the path
-    wins, as with ``metadata.entry_points()``.
-    """
+    """Every ``hpu_plugin`` entry point installed on ``path`` (default ``sys.path``), read
+    distribution by distribution: ``metadata.entry_points()`` raises for all when one
+    distribution has a malformed ``entry_points.txt``. The first of a name on the path wins."""
     seen: set[str] = set()
     found: list[metadata.EntryPoint] = []
     distributions = metadata.distributions() if path is None else metadata.distributions(path=path)
@@ -73,11 +63,9 @@ def discover(path: list[str] | None = None, warn: Callable[..., None] | None = N
             found.extend(ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP)
         except Exception as exc:  # one broken installation must not hide every plugin
             if warn is not None:
-                where = getattr(dist, "_path", None) or "an installed distribution"
-                warn(
-                    "hpu_plugin: cannot read the entry points of %s (%r); its plugins, if any, "
-                    "are skipped. Reinstall or remove that distribution.", where, exc,
-                )
+                warn("hpu_plugin: cannot read the entry points of %s (%r); its plugins, if "
+                     "any, are skipped. Reinstall or remove that distribution.",
+                     getattr(dist, "_path", None) or "an installed distribution", exc)
     return found
 
 
@@ -88,13 +76,9 @@ def record_for(ep: metadata.EntryPoint) -> PluginRecord:
         first_party = normalise(dist_name) == DIST_NAME
     else:  # an entry point handed in without its distribution (tests, embedders)
         first_party = ep.value.startswith("hpu_plugin.")
-    return PluginRecord(
-        name=ep.name,
-        value=ep.value,
-        distribution=dist_name,
-        version=dist.version if dist is not None else "?",
-        first_party=first_party,
-    )
+    return PluginRecord(name=ep.name, value=ep.value, distribution=dist_name,
+                        version=dist.version if dist is not None else "?",
+                        first_party=first_party)
 
 
 def load_plugin(ep: metadata.EntryPoint) -> tuple[object, float]:

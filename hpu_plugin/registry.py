@@ -2,19 +2,17 @@
 
 Plugins come from the ``hpu_plugin`` entry-point group only; the first-party plugins are
 declared there by this package's own ``pyproject.toml``, so they load, order and disable
-exactly like a third party's. Which may load is :mod:`hpu_plugin.switches`; finding and
-importing them is :mod:`hpu_plugin.loader`; every hook function is wrapped by
-:mod:`hpu_plugin.guard`.
+exactly like a third party's. Which may load is :mod:`.switches`, finding and importing
+them :mod:`.loader`, and every hook function runs behind :mod:`.guard`.
 
-Order. pluggy asks wrappers, then ``tryfirst``, plain and ``trylast`` implementations;
-among equals it asks the plugin registered *last* first. Entry-point iteration order is
-not something to build on, so third-party plugins are registered first, in descending name
-order, then the first-party ones: among plain implementations the first-party plugin is
-asked first, third-party ones after it by ascending name.
+Order: pluggy asks the plugin registered *last* first among equals, and entry points come
+in no reliable order, so third-party plugins are registered first, in descending name order,
+then the first-party ones. Among plain implementations the first-party plugin is asked
+first, third-party ones after it by ascending name.
 
-Faults. A plugin that fails at import, or whose hook faults (:mod:`hpu_plugin.guard`), is
-reported once per kind of fault, naming it, its distribution and version and the
-``HPU_PLUGIN_DISABLE`` value that turns it off; the program goes on.
+A plugin that fails at import, or whose hook faults, is reported once per kind of fault,
+naming it, its distribution and version and the ``HPU_PLUGIN_DISABLE`` value that turns it
+off; the program goes on.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from hpu_plugin import hookspecs
 from hpu_plugin.guard import HOOK_NAMES, describe, guard, passes
 from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
+from hpu_plugin.patching import this_process
 from hpu_plugin.reporting import Once
 from hpu_plugin.switches import (
     DEFAULT_IMPORT_BUDGET,
@@ -53,8 +52,7 @@ log = logging.getLogger("hpu_plugin")
 __all__ = [
     "DEFAULT_IMPORT_BUDGET", "DIST_NAME", "ENTRY_POINT_GROUP", "ENV_DISABLE",
     "ENV_IMPORT_BUDGET", "ENV_NO_THIRD_PARTY", "ENV_ONLY", "HOOK_NAMES",
-    "PluginRecord", "Registry", "Selection",
-    "disable_value", "discover", "get_registry",
+    "PluginRecord", "Registry", "Selection", "disable_value", "discover", "get_registry",
 ]
 
 
@@ -79,39 +77,35 @@ class Registry:
         self.pm.add_hookspecs(hookspecs)
         self.selection = selection if selection is not None else Selection.from_environ()
         self.records: dict[str, PluginRecord] = {}
-        self._reported = Once()  # (plugin, kind of fault): each logged once per registry
+        self._reported = Once()  # (plugin, kind of fault)
         self._available: bool | None = None
         self._lock = threading.Lock()
         if self.selection.trace:
             self.pm.trace.root.setwriter(_write_trace)
             self.pm.enable_tracing()
 
-    # -- loading ---------------------------------------------------------------------------
-
     def load_entry_points(self, entry_points: Iterable[metadata.EntryPoint] | None = None) -> None:
-        """Register every plugin of the group that the switches allow, in the fixed order.
-
-        First-party plugins claim their names before third-party ones, so a third party
-        reusing a first-party name is the one refused.
-        """
-        if entry_points is None:
-            entry_points = discover()
-        pairs = sorted(((ep, record_for(ep)) for ep in entry_points),
-                       key=lambda p: (not p[1].first_party, p[1].name, p[1].distribution))
+        """Register every plugin of the group the switches allow. First-party plugins claim
+        their names first, so a third party reusing one is the one refused."""
+        pairs = sorted(((ep, record_for(ep)) for ep in (
+            discover() if entry_points is None else entry_points)),
+            key=lambda p: (not p[1].first_party, p[1].name, p[1].distribution))
         accepted = [pair for pair in pairs if self._admit(pair[1])]
-        self._warn_unknown_names()
+        known = sorted({r.name for r in self.records.values()})
+        for variable, unknown in self.selection.unknown(list(self.records.values())).items():
+            log.warning("hpu_plugin: %s names %s, which no installed plugin is called; "
+                        "installed plugins: %s", variable, ", ".join(map(describe, unknown)),
+                        ", ".join(known) or "none")
         loaded: dict[int, tuple[object, PluginRecord]] = {}  # by id: one module, two names
         for ep, record in accepted:
             plugin = self._load(ep, record)
-            if plugin is None:
-                continue
-            if id(plugin) in loaded:
+            if plugin is not None and id(plugin) in loaded:
                 record.status = "failed"
                 record.reason = f"the same plugin as {loaded[id(plugin)][1].name!r}, loaded once"
                 self._report(record, "twice", record.reason + "; remove one of the two "
                              "entry points")
-                continue
-            loaded[id(plugin)] = (plugin, record)
+            elif plugin is not None:
+                loaded[id(plugin)] = (plugin, record)
         for plugin, record in sorted(loaded.values(), reverse=True,
                                      key=lambda p: (not p[1].first_party, p[1].name)):
             self.register(plugin, record)
@@ -138,20 +132,25 @@ class Registry:
         self._report(record, "admit", why + "; skipped")
         return False
 
-    def _warn_unknown_names(self) -> None:
-        """A switch naming no installed plugin is a likely typo: say so, do not fail."""
-        known = sorted({r.name for r in self.records.values()})
-        for variable, unknown in self.selection.unknown(list(self.records.values())).items():
-            log.warning(
-                "hpu_plugin: %s names %s, which no installed plugin is called; installed "
-                "plugins: %s", variable, ", ".join(map(describe, unknown)),
-                ", ".join(known) or "none",
-            )
-
     def _load(self, ep: metadata.EntryPoint, record: PluginRecord) -> object | None:
-        """Import one plugin, timed; ``None`` (reported) when it failed."""
+        """Import one plugin, timed; ``None`` (reported) when it failed. A third-party import
+        still running after the budget is reported while it runs: ``import torch`` waits for
+        it, and it cannot be interrupted safely (see :mod:`.loader`)."""
         start, before = time.perf_counter(), set(threading.enumerate())
-        watch, watched = self._watch_import(record)
+        budget, fired = self.selection.import_budget, []
+
+        def still_importing() -> None:
+            self._report(record, "slow", (
+                f"is still importing after {budget:g} s, more than {ENV_IMPORT_BUDGET}="
+                f"{budget:g}; `import torch` waits for it, and every `import torch` pays it; "
+                "if it never returns, stop the program and skip it, or run `hpu-plugin "
+                "doctor` to check every plugin's import"))
+            fired.extend(record.faults[-1:])
+
+        watch = None if record.first_party else threading.Timer(budget, still_importing)
+        if watch is not None:
+            watch.daemon, watch.name = True, "hpu_plugin import watch"
+            watch.start()
         try:
             plugin, record.import_seconds = load_plugin(ep)
         except BaseException as exc:  # a broken plugin must not break the program
@@ -169,53 +168,20 @@ class Registry:
         if threads:
             self._report(record, "thread", f"left the non-daemon thread(s) {describe(threads)} "
                          "running after its import: the program cannot exit while they run")
-        budget = self.selection.import_budget
         if record.import_seconds > budget:
             slow = (f"took {record.import_seconds:.1f} s to import, more than "
                     f"{ENV_IMPORT_BUDGET}={budget:g}; every `import torch` pays it")
-            if watched and watched[0] in record.faults:  # said while it ran: not said again
-                record.faults[record.faults.index(watched[0])] = slow
-                record.reason = slow if record.reason == watched[0] else record.reason
+            if fired and fired[0] in record.faults:  # said while it ran: not said again
+                record.faults[record.faults.index(fired[0])] = slow
+                record.reason = slow if record.reason == fired[0] else record.reason
             else:
                 self._report(record, "slow", slow)
         return plugin
 
-    def _watch_import(self, record: PluginRecord) -> tuple[threading.Timer | None, list[str]]:
-        """Report a third-party import that is still running after the import budget, while
-        it runs: the timer, and the fault it recorded once it fired.
-
-        An import that never returns cannot be interrupted safely (see :mod:`.loader`), and
-        ``import torch`` would wait for it with no word: the report says which plugin it
-        waits for and the switch that skips it. It is the plugin's one "slow" report; when
-        the import ends, the record gets its duration instead, without a second line. Our
-        own plugins are not watched, so a process pays for no thread unless a third-party
-        plugin is installed.
-        """
-        fired: list[str] = []
-        if record.first_party:
-            return None, fired
-        budget = self.selection.import_budget
-
-        def still_importing() -> None:
-            self._report(record, "slow", (
-                f"is still importing after {budget:g} s, more than {ENV_IMPORT_BUDGET}="
-                f"{budget:g}; `import torch` waits for it, and every `import torch` pays it; "
-                "if it never returns, stop the program and skip it, or run `hpu-plugin "
-                "doctor` to check every plugin's import"))
-            fired.extend(record.faults[-1:])
-
-        watch = threading.Timer(budget, still_importing)
-        watch.daemon = True
-        watch.name = "hpu_plugin import watch"
-        watch.start()
-        return watch, fired
-
     def register(self, plugin: object, record: PluginRecord) -> None:
-        """Register ``plugin`` (a module, a class or an instance) behind the guard.
-
-        pluggy sees a namespace of guarded functions carrying the plugin's own hookimpl
-        options and signatures, so ordering and argument selection are pluggy's own.
-        """
+        """Register ``plugin`` (a module, a class or an instance) behind the guard. pluggy
+        sees a namespace of guarded functions carrying the plugin's own hookimpl options and
+        signatures, so ordering and argument selection are pluggy's own."""
         self.records.setdefault(record.name, record)
         guarded, hooks = _Hooks(), []
         report = functools.partial(self._report, record)
@@ -240,13 +206,10 @@ class Registry:
             record.status, record.reason = "failed", f"rejected by pluggy: {describe(exc)}{fix}"
             self._report(record, "register", record.reason + "; skipped")
             return
-        # The hooks it implements, each once: a plugin may give one hook two functions
-        # (a wrapper around its own plain implementation, through ``specname``).
-        record.hooks = list(dict.fromkeys(hooks))
+        record.hooks = list(dict.fromkeys(hooks))  # a wrapper and its own plain one: once
 
-    def _report(
-        self, record: PluginRecord, kind: str, message: str, exc: BaseException | None = None
-    ) -> None:
+    def _report(self, record: PluginRecord, kind: str, message: str,
+                exc: BaseException | None = None) -> None:
         """Log a fault once per plugin and kind, with the fix; keep it on the record."""
         if not self._reported.first((record.name + "\0" + record.distribution, kind)):
             return
@@ -262,13 +225,13 @@ class Registry:
             record.status = "faulted"
             record.reason = record.reason or message
 
-    # -- decisions -------------------------------------------------------------------------
+    # -- decisions: what the hosts ask -----------------------------------------------------
 
     def prepare_environment(self, environ: MutableMapping[str, str]) -> None:
         self.pm.hook.hpu_prepare_environment(environ=environ)
 
     def device_available(self) -> bool:
-        """Cached for the life of the process: hosts cache their own answer the same way."""
+        """Cached for the life of the process, as the hosts cache their own answer."""
         if self._available is None:
             with self._lock:
                 if self._available is None:
@@ -287,8 +250,8 @@ class Registry:
         return self.pm.hook.hpu_ddp_backend(requested=requested)
 
     def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins
-        (the registry's own knowledge), for the pre-flight check across ranks."""
+        """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins,
+        for the pre-flight check across ranks."""
         from hpu_plugin import __version__
 
         facts = {"hpu-plugin version": __version__, "enabled plugins": ",".join(
@@ -309,22 +272,17 @@ class Registry:
 
     def fast_path(self, name: str, context: Mapping[str, Any]) -> bool:
         """Take Gaudi's fast path ``name``? Nobody's opinion means no."""
-        result: bool | None = self.pm.hook.hpu_fast_path(name=name, context=dict(context))
-        return bool(result)
+        return bool(self.pm.hook.hpu_fast_path(name=name, context=dict(context)))
 
     # -- introspection ---------------------------------------------------------------------
 
     def call_order(self, hook: str) -> list[str]:
-        """Plugin names in the order pluggy enters them (first asked first).
-
-        Wrappers come first (they are entered before, and left after, everything else),
-        then ``tryfirst``, plain and ``trylast`` implementations.
-        """
+        """Plugin names in the order pluggy enters them (first asked first)."""
         return [name for name, _ in self.call_order_detail(hook)]
 
     def call_order_detail(self, hook: str) -> list[tuple[str, str]]:
-        """``(plugin name, kind)`` pairs in call order; kind is ``wrapper``, ``tryfirst``,
-        ``plain`` or ``trylast``."""
+        """``(plugin name, kind)`` in call order: wrappers (entered first, left last), then
+        ``tryfirst``, ``plain`` and ``trylast`` implementations."""
         return [(impl.plugin_name, next((k for k in ("wrapper", "tryfirst", "trylast")
                                           if getattr(impl, k)), "plain"))
                 for impl in reversed(getattr(self.pm.hook, hook).get_hookimpls())]
@@ -340,10 +298,8 @@ def _write_trace(text: str) -> None:
 
 def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], Mapping[str, Any]]]:
     """``(attribute, function, hookimpl options)`` of each hook implementation of ``plugin``.
-
-    Never runs a plugin's properties to look for hooks (as pluggy); an attribute that
-    raises on access is no hook, whatever it raises short of KeyboardInterrupt.
-    """
+    As pluggy, never runs a property to look for hooks; an attribute that raises on access
+    is no hook."""
     for attr in dir(plugin):
         if isinstance(inspect.getattr_static(plugin, attr, None),
                       (property, functools.cached_property)):
@@ -360,33 +316,28 @@ def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], M
             yield attr, function, opts
 
 
-_registry: Registry | None = None
-_registry_lock = threading.RLock()
 _building = threading.local()
 
 
 def get_registry() -> Registry:
-    """The process's registry, built and loaded on first use.
-
-    Raises :class:`SettingError` when a switch holds a bad value; nothing is cached
-    then, so a corrected environment is read on the next call. A plugin whose import
-    starts ``import torch`` while the registry is built outside it reaches here again:
-    that is refused with the fix rather than waiting on the lock for ever.
-    """
-    global _registry
-    if _registry is None:
-        with _registry_lock:
-            if _registry is None:
-                if getattr(_building, "on", False):
-                    raise RuntimeError(
-                        "a plugin's import started `import torch` while the plugin registry "
-                        "was being built outside it; import torch before asking for the "
-                        "registry")
-                _building.on = True
-                try:
-                    registry = Registry()
-                    registry.load_entry_points()
-                finally:
-                    _building.on = False
-                _registry = registry
-    return _registry
+    """The process's registry (held by ``patching.this_process``), built and loaded on first
+    use. A bad switch raises :class:`SettingError` and nothing is kept, so a corrected
+    environment is read on the next call. A plugin whose import starts ``import torch``
+    while the registry is built outside it reaches here again: refused with the fix, rather
+    than waiting on the lock for ever."""
+    if this_process.registry is not None:
+        return this_process.registry
+    with this_process.lock:
+        if this_process.registry is None:
+            if getattr(_building, "on", False):
+                raise RuntimeError(
+                    "a plugin's import started `import torch` while the plugin registry was "
+                    "being built outside it; import torch before asking for the registry")
+            _building.on = True
+            try:
+                registry = Registry()
+                registry.load_entry_points()
+            finally:
+                _building.on = False
+            this_process.registry = registry
+        return this_process.registry

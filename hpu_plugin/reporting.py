@@ -1,13 +1,10 @@
-"""Saying a thing once: the one "log once" mechanism of the package.
+"""Saying a thing once: the one "log once" of the package.
 
 A message that repeats on every call (a stay-out line, a plugin's fault, a replaced
-``torch.compile`` backend, a bitsandbytes limit) buries the user's own output, so each is
-logged the first time its key is seen. :class:`Once` remembers the keys; the module-level
-:func:`say_once` uses the process's one instance, and an owner that must forget its keys
-with itself (a registry, an installed ``torch.compile`` wrapper) keeps its own.
-
-Imports nothing of the package: every layer (Gaudi rules, emulator and its stand-ins,
-registry, plugins, hosts) may use it.
+``torch.compile`` backend) buries the user's own output, so each is logged the first time
+its key is seen. :func:`say_once` uses the process's one :class:`Once`; an owner that must
+forget its keys with itself (a registry, a ``torch.compile`` wrapper) keeps its own.
+Imports nothing of the package: every layer may use it.
 """
 
 from __future__ import annotations
@@ -34,10 +31,8 @@ class Once:
             self._said.add(key)
             return True
 
-    def say(
-        self, key: Hashable, level: int, message: str, *args: object,
-        logger: logging.Logger = log,
-    ) -> bool:
+    def say(self, key: Hashable, level: int, message: str, *args: object,
+            logger: logging.Logger = log) -> bool:
         """Log ``message % args`` at ``level`` the first time ``key`` is seen; whether it was."""
         if not self.first(key):
             return False
@@ -54,8 +49,7 @@ class Once:
 said = Once()
 
 
-def say_once(
-    key: Hashable, level: int, message: str, *args: object, logger: logging.Logger = log
-) -> bool:
+def say_once(key: Hashable, level: int, message: str, *args: object,
+             logger: logging.Logger = log) -> bool:
     """Log ``message`` the first time ``key`` is seen in this process; whether it was."""
     return said.say(key, level, message, *args, logger=logger)

@@ -1,17 +1,10 @@
 """Which plugins may load: the ``HPU_PLUGIN_*`` switches, read and validated once.
 
-``HPU_PLUGIN_DISABLE=name,...``    skip these plugins, as pytest's ``-p no:name``
-                                   (``HPU_PLUGIN_DISABLE=1`` turns the whole package off)
-``HPU_PLUGIN_ONLY=name,...``       load only these plugins (first-party ones included)
-``HPU_PLUGIN_NO_THIRD_PARTY=1``    load no entry point outside this distribution
-``HPU_PLUGIN_IMPORT_BUDGET=secs``  a plugin whose import takes longer is reported (default 2)
-``HPU_PLUGIN_TRACE=1``             print every hook call, its arguments, the plugins asked
-                                   and the answer to stderr (pluggy's own tracing)
-
-A name is an entry-point name as ``hpu-plugin plugins`` lists it, or, to pick one
-distribution's plugin when two distributions use the same name, ``distribution:name``.
-A value we cannot use raises :class:`SettingError`, naming the variable and the
-accepted form.
+``HPU_PLUGIN_DISABLE`` (names, or ``1`` for the whole package), ``HPU_PLUGIN_ONLY``,
+``HPU_PLUGIN_NO_THIRD_PARTY``, ``HPU_PLUGIN_IMPORT_BUDGET`` and ``HPU_PLUGIN_TRACE`` (pluggy's
+own tracing: which plugin decided what, without a debugger). A name is an entry-point name as
+``hpu-plugin plugins`` lists it, or ``distribution:name`` to pick one distribution's plugin.
+A value that cannot be used raises :class:`SettingError` naming the variable and the form.
 """
 
 from __future__ import annotations
@@ -30,12 +23,9 @@ ENV_ONLY = "HPU_PLUGIN_ONLY"
 ENV_NO_THIRD_PARTY = "HPU_PLUGIN_NO_THIRD_PARTY"
 ENV_IMPORT_BUDGET = "HPU_PLUGIN_IMPORT_BUDGET"
 ENV_TRACE = "HPU_PLUGIN_TRACE"
-#: Seconds a plugin may spend being imported before it is reported. Its import runs inside
-#: ``import torch``, so a slow plugin costs every program that time: the report names it so
-#: the user can disable it, rather than it going on unnoticed.
-DEFAULT_IMPORT_BUDGET = 2.0
-#: Longest budget accepted: a budget is a bound on a wait inside ``import torch``.
-MAX_IMPORT_BUDGET = 600.0
+#: Seconds a plugin's import (inside every ``import torch``) may take before it is reported,
+#: and the longest budget accepted.
+DEFAULT_IMPORT_BUDGET, MAX_IMPORT_BUDGET = 2.0, 600.0
 
 #: Characters an entry-point name may have if a comma-separated switch is to name it.
 NAME = re.compile(r"^[\w.+-]+$")
@@ -45,9 +35,8 @@ _FORM = ("plugin names as `hpu-plugin plugins` shows them, or distribution:name,
 
 
 def disable_value(record: PluginRecord) -> str:
-    """The ``HPU_PLUGIN_DISABLE`` value that turns off exactly this plugin, and that
-    :func:`names` accepts (what ``hpu-plugin doctor`` prints as a fix); "" for a name no
-    list can hold, whose plugin never loads."""
+    """The ``HPU_PLUGIN_DISABLE`` value that turns off exactly this plugin (the fix
+    ``hpu-plugin doctor`` prints); "" for a name no list can hold (it never loads)."""
     value = f"{normalise(record.distribution)}:{record.name}"
     if _QUALIFIED.match(value):
         return value
@@ -98,11 +87,9 @@ class Selection:
     only: frozenset[str] | None = None
     third_party: bool = True
     import_budget: float = DEFAULT_IMPORT_BUDGET
-    #: ``HPU_PLUGIN_DISABLE=1``: activation never builds a registry; one built anyway
-    #: (``hpu-plugin plugins``) shows every plugin disabled rather than pretending.
+    #: ``HPU_PLUGIN_DISABLE=1``: a registry built anyway (``hpu-plugin plugins``) shows
+    #: every plugin disabled rather than pretending.
     package_off: bool = False
-    #: ``HPU_PLUGIN_TRACE``: which plugin decided what is the first question when a host
-    #: does something unexpected; pluggy's tracing answers it without a debugger.
     trace: bool = False
 
     @classmethod

@@ -32,14 +32,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def torchrun(tmp_path: Path, script: str, *args: str, nnodes: int = 1, node_rank: int = 0,
-             port: int = 0, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start one node's ``torchrun`` of a script in this folder, 2 processes on 2 devices."""
+             port: int = 0, env: dict[str, str] | None = None,
+             nproc: int = 2) -> subprocess.Popen[str]:
+    """Start one node's ``torchrun`` of a script in this folder, ``nproc`` processes on as
+    many devices."""
     where = ["--standalone"] if nnodes == 1 else [
         "--nnodes", str(nnodes), "--node_rank", str(node_rank),
         "--master_addr", "127.0.0.1", "--master_port", str(port)]
-    argv = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc_per_node", "2",
-            str(HERE / script), *args]
-    return subprocess.Popen(argv, env=env or emulated_env(tmp_path, devices=2), cwd=tmp_path,
+    argv = [sys.executable, "-m", "torch.distributed.run", *where, "--nproc_per_node",
+            str(nproc), str(HERE / script), *args]
+    return subprocess.Popen(argv, env=env or emulated_env(tmp_path, devices=nproc), cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

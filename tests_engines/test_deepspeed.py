@@ -151,16 +151,18 @@ def test_the_hpu_accelerator_answers_every_call_of_its_interface(tmp_path):
     assert outcomes["FloatTensor"][1] == "hpu"
 
 
-def test_init_inference_with_automatic_tensor_parallelism_equals_one_device(tmp_path):
-    """Each of 2 ranks holds half of every attention and MLP projection and generates one
-    device's greedy tokens."""
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.engines_full)])
+def test_init_inference_with_automatic_tensor_parallelism_equals_one_device(tmp_path, ranks):
+    """Each of the ranks holds its share of every attention and MLP projection and generates
+    one device's greedy tokens. AutoTP splits an MLP in steps of 64 columns (DeepSpeed's
+    default ``tp_grain_size``), so the MLP is 256 wide: 64 columns on each of 4 ranks."""
     saved = tmp_path / "model"
     run(f"""
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
         torch.manual_seed(0)
-        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=256,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
         LlamaForCausalLM(config).save_pretrained({str(saved)!r})
     """, emulated_env(tmp_path))
     single = subprocess.run([sys.executable, str(HERE / "autotp_job.py"), str(saved)],
@@ -168,11 +170,52 @@ def test_init_inference_with_automatic_tensor_parallelism_equals_one_device(tmp_
                             text=True, timeout=600)
     assert single.returncode == 0, single.stdout[-3000:] + single.stderr[-3000:]
     one = result(single.stdout)
-    code, out = finish(torchrun(tmp_path, "autotp_job.py", str(saved)))
+    code, out = finish(torchrun(tmp_path, "autotp_job.py", str(saved), nproc=ranks))
     assert code == 0, out[-6000:]
-    ranks = results(out)
-    assert sorted(r["rank"] for r in ranks) == ["0", "1"]
-    for rank in ranks:
+    found = results(out)
+    assert sorted(r["rank"] for r in found) == [str(i) for i in range(ranks)]
+    for rank in found:
         assert rank["tokens"] == one["tokens"]
-        assert rank["q_proj"] == [one["q_proj"][0] // 2, one["q_proj"][1]]  # split by rows
-        assert rank["down_proj"] == [one["down_proj"][0], one["down_proj"][1] // 2]
+        assert rank["q_proj"] == [one["q_proj"][0] // ranks, one["q_proj"][1]]  # split by rows
+        assert rank["down_proj"] == [one["down_proj"][0], one["down_proj"][1] // ranks]
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory) -> str:
+    saved = tmp_path_factory.mktemp("llama") / "model"
+    run(f"""
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+        torch.manual_seed(0)
+        config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4)
+        LlamaForCausalLM(config).save_pretrained({str(saved)!r})
+    """, emulated_env(saved.parent))
+    return str(saved)
+
+
+def model_run(folder, model: str, stage: int) -> list[dict]:
+    folder.mkdir()
+    code, out = finish(torchrun(folder, "zero3_model_job.py", model, str(folder / "out"),
+                                str(stage)))
+    assert code == 0, out[-6000:]
+    found = results(out)
+    assert sorted(r["rank"] for r in found) == ["0", "1"], out[-3000:]
+    assert all(r["device"] == "hpu" and r["backend"] == "hccl" for r in found)
+    return found
+
+
+@pytest.mark.engines_full
+def test_zero3_loads_a_model_partitioned_and_trains_as_ddp_through_trainer(tmp_path, llama_dir):
+    """``TrainingArguments(deepspeed=<ZeRO-3>)`` before ``from_pretrained``, as for a model
+    bigger than a card: each of 2 ranks holds half of every parameter from the load on, and
+    the unchanged ``Trainer`` gives the losses of the same job under DDP."""
+    ddp = model_run(tmp_path / "ddp", llama_dir, 0)
+    zero = model_run(tmp_path / "zero3", llama_dir, 3)
+    for rank in zero:  # half each, up to the padding of odd-sized parameters
+        assert rank["full"] / 2 <= rank["held"] < rank["full"] / 2 + 64
+    assert ddp[0]["held"] == ddp[0]["full"]
+    (ddp_losses,) = {tuple(r["losses"]) for r in ddp}  # every rank logs the same losses
+    assert len(ddp_losses) == 4
+    for rank in zero:
+        assert rank["losses"] == pytest.approx(list(ddp_losses), rel=TRAINER_TOLERANCE)

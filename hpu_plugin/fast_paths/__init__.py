@@ -16,7 +16,8 @@ results:
   registry;
 - :mod:`.device_masks`: attention masks decided on the device, without a host wait;
 - :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs;
-- :mod:`.training_graphs`: a prepared model's repeated blocks trained through graphs.
+- :mod:`.training_graphs`: a prepared model's repeated blocks trained through graphs;
+- :mod:`.trainer_syncs`: a ``Trainer`` step whose loss filter does not wait for the device.
 
 :mod:`.decisions` also says what each replaces and what turning it off costs.
 """
@@ -39,6 +40,7 @@ def install(registry: Registry, patches: Patches) -> None:
         fused_training,
         generate_buckets,
         trainer_buckets,
+        trainer_syncs,
         training_graphs,
     )
 
@@ -49,3 +51,4 @@ def install(registry: Registry, patches: Patches) -> None:
     fused_moe.install(registry, patches)
     device_masks.install(registry, patches)
     training_graphs.install(registry, patches)
+    trainer_syncs.install(registry, patches)

@@ -13,7 +13,7 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
-``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``) turns one
+``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``, ``_LOSS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -91,17 +91,25 @@ FAST_PATHS: tuple[FastPath, ...] = (
              switch="MASKS"),
     FastPath("inference_graphs", "generate() (and pipeline()) of a model in eval mode that "
              "is not compiled", "graphs of the decoding steps, one per shape bucket: torch.compile "
-             "with hpu_backend (eager mode; a greedy token is one graph on Transformers 4.57+),"
-             " HPU graphs (lazy mode)",
-             "one launch per generated token (or per decoding step's forward) instead of one "
-             "per op",
+             "with hpu_backend (eager mode; on Transformers 4.57+ a greedy call's prefill is "
+             "one graph and each token one more), HPU graphs (lazy mode)",
+             "one launch for the prefill and one per generated token (or per decoding step's "
+             "forward) instead of one per op",
              "torch.compile:hpu_backend", switch="GRAPHS"),
     FastPath("training_graphs", "the training forward and backward of a model that Accelerate "
-             "(or a Trainer) prepares and the user did not compile", "regional compilation "
-             "with hpu_backend: one compiled forward and backward graph per repeated block "
-             "class (the decoder layers), shared by every layer",
-             "two launches per decoder layer and step (its forward and backward graphs) "
-             "instead of one per op", "torch.compile:hpu_backend", switch="TRAIN_GRAPHS"),
+             "(or a Trainer) prepares and the user did not compile", "hpu_backend graphs: one "
+             "per repeated block class (the decoder layers), shared by every layer; with "
+             "HPU_PLUGIN_TRAIN_GRAPHS_REGION=model the model's forward and loss as one graph "
+             "and its backward as another (a model whose class declares one graph)",
+             "two launches per decoder layer (or per step for the model) instead of one per op",
+             "torch.compile:hpu_backend", switch="TRAIN_GRAPHS"),
+    FastPath("device_loss", "the Trainer's NaN/Inf filter of each step's loss (read on the "
+             "host at every step: logging_nan_inf_filter) and its two reads at a logging step",
+             "the filter's choice made on the device (where(isfinite(loss), loss, average)); "
+             "the loss and gradient norm logged read in one transfer",
+             "a Trainer step that does not wait for the device (without it, one or two host "
+             "synchronisations every step, two at a logging step)",
+             "torch:where", switch="LOSS"),
 )
 
 #: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).

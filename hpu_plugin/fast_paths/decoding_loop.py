@@ -179,41 +179,86 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
         return False
     if any(type(stop).__name__ not in STOPS for stop in stops) or stops.max_length is None:
         return False
+    # the tokens are written into a buffer as wide as the cache
+    if stops.max_length > cache.layers[0].max_cache_len:
+        return False
     return _min_length(processors) is not False
 
 
-def _step(model: Any, cache: Any, version: str, token: Any, position: Any, mask: Any,
-          unfinished: Any, length: Any, eos: Any, pad: Any, min_length: Any,
+def _rule(scores: Any, length: Any, min_length: Any, forbidden_ids: Any) -> Any:
+    """The minimum-length processors' rule: end-of-sequence forbidden below the limit."""
+    import torch
+
+    if min_length is None:
+        return scores
+    vocab = torch.arange(scores.shape[-1], device=scores.device)
+    forbidden = torch.isin(vocab, forbidden_ids) & (length < min_length)
+    return torch.where(forbidden, -torch.inf, scores)
+
+
+def _opening(model: Any, version: str, input_ids: Any, config: Any, kwargs: dict[str, Any],
+             width: int, eos: Any, pad: Any, min_length: Any, forbidden_ids: Any
+             ) -> tuple[Any, ...]:
+    """The prefill, its token and the loop's state, traced into one graph per bucket: what
+    ``_sample`` does up to the first decoding step (the static cache is filled here, its
+    tensors made on the device inside the graph). Returns the sequence so far in a buffer
+    as wide as the cache (the steps write their tokens into it), and the state ``_step``
+    takes."""
+    import torch
+
+    length = input_ids.shape[1]
+    outputs, kwargs = _prefill(model, version, input_ids, config, kwargs)
+    scores = _rule(outputs.logits[:, -1].to(copy=True, dtype=torch.float32),
+                   torch.tensor(length, device=input_ids.device), min_length, forbidden_ids)
+    chosen = torch.argmax(scores, dim=-1)
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    if pad is not None:
+        chosen = chosen * unfinished + pad * (1 - unfinished)
+        unfinished = unfinished & ~torch.isin(chosen, eos)
+    rows = input_ids.shape[0]
+    sequence = torch.cat([input_ids, chosen[:, None],
+                          input_ids.new_zeros((rows, width - length - 1))], dim=1)
+    mask = kwargs["attention_mask"]  # with the chosen token's entry (the update's)
+    if version == "5":  # the update appended the chosen token's position
+        position = kwargs["position_ids"][..., -1:].clone(memory_format=torch.contiguous_format)
+    else:  # 4.57 counts it from the mask in each step: the ones so far, less one
+        position = mask.long().sum(-1, keepdim=True) - 1
+    mask = torch.cat([mask, mask.new_zeros((rows, width - mask.shape[1]))], dim=1)
+    return (sequence, chosen, position, mask, unfinished,
+            torch.tensor(length + 1, device=input_ids.device), unfinished.max() == 0)
+
+
+def _step(model: Any, cache: Any, version: str, sequence: Any, token: Any, position: Any,
+          mask: Any, unfinished: Any, length: Any, eos: Any, pad: Any, min_length: Any,
           forbidden_ids: Any) -> tuple[Any, ...]:
     """One decoding step, traced into one graph: what ``_sample`` does for a token. The
-    token fed is the ``length``-th, at cache index ``length - 1`` (4.57 is told it)."""
+    token fed is the ``length``-th, at cache index ``length - 1`` (4.57 is told it); the
+    token chosen is written into ``sequence`` at index ``length``."""
     import torch
 
     where = ({"cache": cache} if version == "5" else
              {"past_key_values": cache, "cache_position": (length - 1).reshape(1)})
     logits = model(input_ids=token, attention_mask=mask, position_ids=position, use_cache=True,
                    return_dict=True, **where).logits
-    scores = logits[:, -1].to(dtype=torch.float32)
-    if min_length is not None:
-        vocab = torch.arange(scores.shape[-1], device=scores.device)
-        forbidden = torch.isin(vocab, forbidden_ids) & (length < min_length)
-        scores = torch.where(forbidden, -torch.inf, scores)
+    scores = _rule(logits[:, -1].to(dtype=torch.float32), length, min_length, forbidden_ids)
     chosen = torch.argmax(scores, dim=-1)
     if pad is not None:
         chosen = chosen * unfinished + pad * (1 - unfinished)
         unfinished = unfinished & ~torch.isin(chosen, eos)
-    # the appended token's mask entry (the last one appended needs none: clamped)
+    # the appended token's entry in the sequence and the mask (the last one appended
+    # needs no mask entry: clamped)
+    sequence.index_copy_(1, length.reshape(1), chosen[:, None])
     column = torch.clamp(length, max=mask.shape[1] - 1).reshape(1)
     mask = mask.index_fill(1, column, 1)
     return chosen, position + 1, mask, unfinished, length + 1, unfinished.max() == 0
 
 
-def _compiled_step() -> Any:
+def _compiled(function: Any) -> Any:
     """Made at each call: ``torch.compile`` looks the backend up when it is called, and the
-    graphs dynamo keeps for ``_step`` are reused by every wrapper of the same backend."""
+    graphs dynamo keeps for ``function`` are reused by every wrapper of the same backend."""
     import torch
 
-    return torch.compile(_step, backend=BACKEND, dynamic=False, fullgraph=False)
+    return torch.compile(function, backend=BACKEND, dynamic=False, fullgraph=False)
 
 
 def decode(model: Any, input_ids: Any, logits_processor: Any, stopping_criteria: Any,
@@ -247,40 +292,35 @@ def _greedy(model: Any, input_ids: Any, processors: Any, stops: Any, config: Any
         raise ValueError("generate(): an end-of-sequence token is set but no pad_token_id; "
                          "set generation_config.pad_token_id")
     version = api()
-    outputs, kwargs = _prefill(model, version, input_ids, config, kwargs)
-    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
-    scores = processors(input_ids, outputs.logits[:, -1].to(copy=True, dtype=torch.float32))
-    chosen = torch.argmax(scores, dim=-1)
-    if has_eos:
-        chosen = chosen * unfinished + pad * (1 - unfinished)
-    input_ids = torch.cat([input_ids, chosen[:, None]], dim=-1)
-    unfinished = unfinished & ~stops(input_ids, None)
-    del outputs
-    steps = stops.max_length - input_ids.shape[1]
-    if steps <= 0 or (has_eos and not bool(unfinished.any())):
-        return input_ids
-    cache, mask = kwargs[CACHE_NAME[version]], kwargs["attention_mask"]
-    width = cache.layers[0].max_cache_len
-    mask = torch.cat([mask, mask.new_zeros((mask.shape[0], width - mask.shape[1]))], dim=1)
     eos = next((stop.eos_token_id for stop in stops if hasattr(stop, "eos_token_id")), None)
     rule = _min_length(processors)
     minimum, forbidden_ids = None, None
     if rule:
         minimum, forbidden_ids = torch.tensor(rule[0], device=input_ids.device), rule[1]
-    length = torch.tensor(input_ids.shape[1], device=input_ids.device)
-    if version == "5":  # a copy: a slice's strides would make the first step a graph of its own
-        position = kwargs["position_ids"][..., -1:].clone(memory_format=torch.contiguous_format)
-    else:  # 4.57 counts it from the mask in each step: the ones so far, less one
-        position = kwargs["attention_mask"].long().sum(-1, keepdim=True) - 1
-    state = (position, mask, unfinished, length)
-    step, tokens = _compiled_step(), []
+    cache = kwargs[CACHE_NAME[version]]
+    width = cache.layers[0].max_cache_len
+    sequence, chosen, *state, done = _compiled(_opening)(
+        model, version, input_ids, config, kwargs, width, eos, pad if has_eos else None,
+        minimum, forbidden_ids)
+    # while the minimum-length rule forbids the end-of-sequence ids the stopping criterion
+    # looks for, no row can end: the host need not read whether all have
+    limit = rule[0] if rule and rule[1] is eos else None
+
+    def may_end(length: int) -> bool:
+        return has_eos and not (limit is not None and length < limit)
+
+    length = input_ids.shape[1] + 1
+    steps = stops.max_length - length
+    if steps <= 0 or (may_end(length - 1) and bool(done)):
+        return sequence[:, :length]
+    step = _compiled(_step)
     for _ in range(steps):
-        chosen, *state, done = step(model, cache, version, chosen[:, None], *state, eos,
-                                    pad if has_eos else None, minimum, forbidden_ids)
-        tokens.append(chosen)
-        if has_eos and bool(done):
+        chosen, *state, done = step(model, cache, version, sequence, chosen[:, None], *state,
+                                    eos, pad if has_eos else None, minimum, forbidden_ids)
+        length += 1
+        if may_end(length - 1) and bool(done):
             break
-    return torch.cat([input_ids, torch.stack(tokens, dim=1)], dim=-1)
+    return sequence[:, :length]
 
 
 def _prefill(model: Any, version: str | None, input_ids: Any, config: Any,

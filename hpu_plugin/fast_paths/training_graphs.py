@@ -10,11 +10,21 @@ of a Transformers model: one ``nn.ModuleList`` of one class) is compiled as Acce
 ``compile_regions`` does: one compiled forward per block class, shared by every layer, so the
 model compiles one forward and one backward graph instead of one per layer.
 
-Only the block's ``forward`` is compiled, not its ``__call__``: module hooks, gradient
-checkpointing's wrapper and Transformers' output recorders run as before around it. The
-compiled forward runs only while the block is training with gradients on; evaluation,
-``generate()`` and every model not prepared on ``hpu`` run the class's own forward (the one
-check is a set lookup per block call, not per op).
+With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
+forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
+Mistral, GPT-2 and most decoders set), the region is the whole model instead: its forward
+with the loss in one graph and the backward in another, as lazy mode makes a step a few
+graphs; the embedding, the final norm, the head and the loss are then no launches of their
+own. Its compilation grows with the depth (dynamo traces every layer, the graph compiler
+compiles them all), where the blocks' region, the default, compiles one layer however deep
+the model: the first step of a model of 80 layers stays a matter of seconds.
+
+Only ``forward`` is compiled, not ``__call__``: module hooks, gradient checkpointing's
+wrapper and Transformers' output recorders run as before around it. The compiled forward
+runs only while the module is training with gradients on; evaluation, ``generate()`` and
+every model not prepared on ``hpu`` run the class's own forward (the one check is a set
+lookup per call, not per op). The model's class is given its forward before Accelerate
+prepares the model, since its mixed precision wraps the forward the class has then.
 
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
@@ -37,6 +47,7 @@ from typing import Any
 from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.fast_paths.fused_training import _lazy
 from hpu_plugin.fast_paths.generate_buckets import is_compiled
+from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.patching import Patches, is_ours, original_of, ours, record_out
 from hpu_plugin.registry import Registry
@@ -76,6 +87,15 @@ def repeated_blocks(model: Any) -> list[Any]:
     return found
 
 
+def regions(model: Any) -> list[Any]:
+    """What is compiled: the model itself where its class declares a forward that compiles
+    as one graph and the setting asks for the model's region, else its repeated blocks."""
+    if tuning.train_graphs_region() == "model" and getattr(type(model),
+                                                          "_can_compile_fullgraph", False):
+        return [model]
+    return [module for blocks in repeated_blocks(model) for module in blocks]
+
+
 def _user_compiled(accelerator: Any, model: Any) -> bool:
     plugin = getattr(getattr(accelerator, "state", None), "dynamo_plugin", None)
     backend = getattr(plugin, "backend", None)
@@ -89,14 +109,14 @@ def _on_hpu(model: Any) -> bool:
     return first is not None and first.device.type == DEVICE_TYPE
 
 
-def _dropout(model: Any, blocks: list[Any]) -> str | None:
-    """The dropout a block would apply in training, if any: a ``Dropout`` module with
-    ``p > 0``, or a nonzero ``*dropout*`` / ``*pdrop*`` value of the model's config (the
+def _dropout(model: Any, compiled: list[Any]) -> str | None:
+    """The dropout a compiled region would apply in training, if any: a ``Dropout`` module
+    with ``p > 0``, or a nonzero ``*dropout*`` / ``*pdrop*`` value of the model's config (the
     attention's functional dropout)."""
     import torch
 
-    for block in blocks:
-        for module in block[0].modules():
+    for region in compiled:
+        for module in region.modules():
             if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
                 return f"{type(module).__name__}(p={module.p})"
     config = getattr(model, "config", None)
@@ -108,8 +128,8 @@ def _dropout(model: Any, blocks: list[Any]) -> str | None:
 
 
 def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
-    """Why the blocks of ``model``, prepared for training by ``accelerator``, are not
-    trained through graphs; None when they are to be."""
+    """Why ``model``, prepared for training by ``accelerator``, is not trained through
+    graphs; None when it is to be."""
     kind = str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type))
     if kind not in PLAIN:
         return f"{kind} wraps the model its own way"
@@ -125,20 +145,27 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
     blocks = repeated_blocks(model)
     if not blocks:
         return f"{type(model).__name__} has no repeated blocks"
-    dropout = _dropout(model, blocks)
+    dropout = _dropout(model, regions(model))
     if dropout is not None:
         return f"{dropout} is on: a graph draws other random numbers than eager mode"
-    classes = sorted({type(block[0]).__name__ for block in blocks})
+    classes = sorted({type(module).__name__ for module in regions(model)})
     if not take(registry, NAME, {"model": type(model).__name__, "blocks": classes}):
         return "turned off (HPU_PLUGIN_FAST_TRAIN_GRAPHS, HPU_PLUGIN_FAST or a plugin's hook)"
     return None
 
 
 def wanted(registry: Registry, accelerator: Any, model: Any) -> bool:
-    """Whether preparing ``model`` on ``hpu`` will train its blocks through graphs (the
+    """Whether preparing ``model`` on ``hpu`` will train it through graphs (the
     ``Trainer``'s shape buckets ask this before Accelerate prepares the model)."""
     return (accelerator is not None and _on_hpu(model)
             and why_not(registry, accelerator, model) is None)
+
+
+def _headed_for_hpu(accelerator: Any, model: Any) -> bool:
+    """On ``hpu`` already, or Accelerate will place it there."""
+    device = getattr(accelerator, "device", None)
+    return _on_hpu(model) or (getattr(device, "type", None) == DEVICE_TYPE and getattr(
+        accelerator, "device_placement", True))
 
 
 def _compile_failures() -> tuple[type[BaseException], ...]:
@@ -150,7 +177,7 @@ def _compile_failures() -> tuple[type[BaseException], ...]:
 
 
 def _graphed_forward(patches: Patches, cls: type) -> None:
-    """Give ``cls`` a forward that runs the compiled one for the blocks in :data:`_taken`
+    """Give ``cls`` a forward that runs the compiled one for the modules in :data:`_taken`
     while they train with gradients on (through ``patches``: undoing restores it)."""
     import torch
 
@@ -179,21 +206,35 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     patches.on_undo(undo, f"{cls.__qualname__} compiled forward")
 
 
-def graph_blocks(registry: Registry, patches: Patches, accelerator: Any, model: Any) -> None:
-    """Train the repeated blocks of ``model`` through graphs where :func:`why_not` agrees;
-    else keep the reason for ``hpu-plugin info``."""
-    if not _on_hpu(model):
-        return
+def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
+                  model: Any) -> list[Any]:
+    """Give the classes of ``model``'s regions their graphed forward where :func:`why_not`
+    agrees (before Accelerate prepares it) and return the regions, to be taken once the
+    model is on ``hpu``; else keep the reason for ``hpu-plugin info``."""
+    if not _headed_for_hpu(accelerator, model):
+        return []
     why = why_not(registry, accelerator, model)
     if why is not None:
         record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
         log.debug("hpu_plugin: training graphs not taken for %s: %s", type(model).__name__, why)
-        return
-    for blocks in repeated_blocks(model):
-        cls = type(blocks[0])
+        return []
+    found = regions(model)
+    for cls in {type(module) for module in found}:
         if not is_ours(vars(cls).get("forward")):
             _graphed_forward(patches, cls)
-        _taken.update(blocks)
+    return found
+
+
+def graphed(model: Any) -> bool:
+    """Whether ``model`` (or a part of it) trains through graphs."""
+    return any(module in _taken for module in model.modules())
+
+
+def take_regions(model: Any, found: list[Any]) -> None:
+    """The regions train through their graphs from now on, if Accelerate put ``model`` on
+    ``hpu``."""
+    if found and _on_hpu(model):
+        _taken.update(found)
 
 
 def install_prepare(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -207,13 +248,15 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
     def prepare_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
         evaluation = kwargs.get("evaluation_mode", args[1] if len(args) > 1 else False)
         first = not evaluation and not getattr(model, "_is_accelerate_prepared", False)
-        prepared = original(self, model, *args, **kwargs)
-        if first:  # after Accelerate placed the model on its device
+        found: list[Any] = []
+        if first:  # before Accelerate wraps the forward the class has (mixed precision)
             try:
-                graph_blocks(registry, patches, self, model)
+                found = graph_regions(registry, patches, self, model)
             except Exception as exc:  # a fast path: never break the user's training
                 say_once("training-graphs-failed", logging.WARNING,
                          "hpu_plugin: training graphs are off: %r", exc)
+        prepared = original(self, model, *args, **kwargs)
+        take_regions(model, found)  # once Accelerate placed the model on its device
         return prepared
 
     patches.set(cls, "prepare_model", ours(prepare_model))

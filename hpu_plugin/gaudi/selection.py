@@ -434,3 +434,81 @@ def check_job_from_environ(
     if job is None:
         return None
     return check_distributed_job(environ, *job, host_modules=host_modules)
+
+
+def describe_mesh(shape: Sequence[int], names: Sequence[str] | None = None) -> str:
+    """A mesh as a user wrote it: ``tp=2 x fsdp=2``, or ``(2, 2)`` without dimension names."""
+    if names and len(names) == len(shape):
+        return " x ".join(f"{name}={size}" for name, size in zip(names, shape, strict=True))
+    return str(tuple(shape))
+
+
+def check_mesh(
+    environ: Mapping[str, str],
+    shape: Sequence[int],
+    names: Sequence[str] | None = None,
+    host_modules: HostModules = None,
+) -> tuple[str, ...]:
+    """The devices a device mesh takes on this node, against the Gaudi rule of groups.
+
+    A mesh (``init_device_mesh``, which Transformers' ``tp_plan``/``DistributedConfig`` and
+    Accelerate's ``ParallelismConfig`` build) holds ranks ``0 .. prod(shape)-1``. A mesh over
+    the whole job puts the job's processes of each node in its groups: those must be 2 or 4
+    devices, or the whole server, as for any job on Gaudi. Checked where the mesh is built,
+    before it starts the process group, so the error names the mesh sizes to change (the
+    module ids of the node's group are the job check's, which runs when the group starts).
+
+    A mesh over part of the job (a sub-mesh) is a group inside a workload the rules already
+    accepted; the documented groups are those of a workload, and whether HCCL runs a smaller
+    communicator on other devices is not documented, so there it is a warning. Raises
+    :class:`PlacementError`; returns the warnings. Nothing is checked outside a launcher,
+    for a mesh bigger than the job (torch refuses it), or in a process the mesh does not hold.
+    """
+    job = job_from_environ(environ)
+    if job is None:
+        return ()
+    world_size, local_world_size, local_rank = job
+    size = 1
+    for extent in shape:
+        size *= int(extent)
+    if size > world_size or size < 1:
+        return ()
+    found = _env_int(environ, ("RANK", "OMPI_COMM_WORLD_RANK"))
+    base = (found[1] if found else local_rank) - local_rank  # ranks of a node are contiguous
+    local = [r - base for r in range(size) if base <= r < base + local_world_size]
+    if local_rank not in local:
+        return ()
+    mesh = describe_mesh(shape, names)
+    held = f"{len(local)} of this node's {local_world_size} devices"
+    supported_size = len(local) in SUPPORTED_GROUPS or len(local) == 1
+    if size == world_size:
+        if supported_size:
+            return ()
+        raise PlacementError(
+            "device mesh", mesh, supported_groups_text(),
+            "give the mesh 2, 4 or 8 devices per node: launch that many processes per node "
+            "and make the product of the mesh sizes the job's size (e.g. tp_size=4 with "
+            "torchrun --nproc-per-node 4, or tp_size=2 x fsdp_size=2)",
+            problem=f"it spans {held}, a group of {len(local)}; Gaudi runs groups of 2 or 4 "
+            "devices or the whole server",
+        )
+    documented = (
+        "not enforced: Gaudi documents the groups a workload may take (2 or 4 devices with "
+        "module ids 0,1 | 2,3 | 4,5 | 6,7 and 0,1,2,3 | 4,5,6,7, or all 8), not the "
+        "communicators inside one"
+    )
+    if not supported_size:
+        return (f"device mesh {mesh}: a sub-mesh spanning {held}, a group of {len(local)}; "
+                f"{documented}",)
+    raw_modules = environ.get(MODULES)
+    visible = visibility.parse_visible_modules(raw_modules)
+    if len(local) == 1 or (visible is not None and len(visible) == 1):
+        return ()  # one device, or one module per process (compared by the pre-flight check)
+    node_modules = visible[:local_world_size] if visible else tuple(range(local_world_size))
+    if len(node_modules) < local_world_size:
+        return ()  # the job check refuses the selection itself, naming the variable
+    modules = [node_modules[i] for i in local]
+    if is_supported_group(modules) or host_layout(host_modules) not in ("server", "group"):
+        return ()
+    return (f"device mesh {mesh}: a sub-mesh spanning {held}, modules {_ids(modules)}, not a "
+            f"listed group of {len(modules)}; {documented}",)

@@ -2,7 +2,8 @@
 and nowhere else.
 
 ``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
-``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_BUCKETS`` with its
+``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_TRAIN_GRAPHS_REGION``
+says what the training graphs compile, ``HPU_PLUGIN_BUCKETS`` with its
 ``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets, and
 ``HPU_PLUGIN_FP8`` with ``HPU_PLUGIN_FP8_STATS`` gives Neural Compressor's fp8 to models
 loaded with ``from_pretrained``. The features read them deep inside a user's ``train()``,
@@ -18,6 +19,7 @@ Every parser takes the environment it reads (nothing here keeps state) and raise
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping
 
 from hpu_plugin import settings
@@ -28,12 +30,16 @@ from hpu_plugin.gaudi.shape_buckets import KINDS
 FAST = "HPU_PLUGIN_FAST"
 #: The suffix of each fast path's own switch (``HPU_PLUGIN_FAST_SDPA``...).
 FAST_NAMES: tuple[str, ...] = ("OPTIMIZER", "CLIP_NORM", "SDPA", "RMS_NORM", "ROPE", "MOE",
-                              "MASKS", "GRAPHS", "TRAIN_GRAPHS")
+                              "MASKS", "GRAPHS", "TRAIN_GRAPHS", "LOSS")
 #: The most graphs one model keeps for the inference graphs (one per shape bucket).
 GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
 GRAPHS_MAX_DEFAULT = 8
 #: The most graphs a budget may allow: each holds a static cache's worth of device memory.
 GRAPHS_MOST = 1024
+#: What the training graphs compile: the whole model (``model``, where its class declares
+#: a forward that compiles as one graph) or its repeated blocks (``blocks``).
+TRAIN_GRAPHS_REGION = "HPU_PLUGIN_TRAIN_GRAPHS_REGION"
+TRAIN_GRAPHS_REGIONS = ("blocks", "model")
 #: The switch of the shape buckets; ``_LENGTH``, ``_BATCH`` and ``_CACHE`` give the sizes of
 #: one kind, ``_GROUP`` turns off the grouping of training rows by length.
 BUCKETS = "HPU_PLUGIN_BUCKETS"
@@ -72,6 +78,23 @@ def graph_budget(environ: Mapping[str, str]) -> int:
         GRAPHS_MAX, raw, minimum=1, maximum=GRAPHS_MOST,
         fix=f"set {GRAPHS_MAX} to a number of graphs from 1 to {GRAPHS_MOST} (default "
         f"{GRAPHS_MAX_DEFAULT}), or unset it; {FAST}_GRAPHS=0 turns graphs off")
+
+
+def train_graphs_region(environ: Mapping[str, str] | None = None) -> str:
+    """``HPU_PLUGIN_TRAIN_GRAPHS_REGION``: ``blocks`` (the default) or ``model``."""
+    raw = _given(os.environ if environ is None else environ, TRAIN_GRAPHS_REGION)
+    if raw is None:
+        return TRAIN_GRAPHS_REGIONS[0]
+    region = raw.strip().lower()
+    if region not in TRAIN_GRAPHS_REGIONS:
+        raise SettingError(
+            TRAIN_GRAPHS_REGION, raw, " or ".join(TRAIN_GRAPHS_REGIONS),
+            fix=f"{TRAIN_GRAPHS_REGION}=blocks compiles one graph per repeated block class "
+            f"(the decoder layers: compile time that does not grow with the depth; the "
+            f"default), =model the model's forward and loss as one graph (fewer launches, a "
+            f"compilation that grows with the depth); {FAST}_TRAIN_GRAPHS=0 turns training "
+            "graphs off")
+    return region
 
 
 def buckets_on(environ: Mapping[str, str]) -> bool:
@@ -154,6 +177,7 @@ def faults(environ: Mapping[str, str]) -> list[SettingError]:
         *(functools.partial(fast_switch, variable, environ)
           for variable in (FAST, *(f"{FAST}_{name}" for name in FAST_NAMES))),
         functools.partial(graph_budget, environ),
+        functools.partial(train_graphs_region, environ),
         functools.partial(buckets_on, environ),
         *(functools.partial(bucket_sizes, kind, environ) for kind in KINDS),
         functools.partial(group_rows, environ),

@@ -1,5 +1,7 @@
 """torch: ``torch.compile`` and ``init_process_group`` ask the registry; ``torch.hpu.device``
-restores nothing its enter did not change.
+restores nothing its enter did not change; a device mesh on ``hpu`` is checked against the
+Gaudi rule of device groups when it is built; a call selecting another device index than the
+process's one keeps the Gaudi software's error, with a hint.
 
 ``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
 so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
@@ -16,7 +18,9 @@ exactly a module (``IMPORT_NAME`` in ``torch/_dynamo/symbolic_convert.py``).
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import os
 import sys
 import types
 from collections.abc import Callable
@@ -266,7 +270,125 @@ def install_device_context(
     patches.set(device_class, "__exit__", make_device_exit(original))
 
 
+# -- one device per process ---------------------------------------------------------------
+#
+# A Gaudi process drives one device, always ``hpu:0`` (the bridge's ``HPUGuardImpl::
+# exchangeDevice`` and its allocator check ``habana active device: <i> != 0``). A host's own
+# binding to device ``LOCAL_RANK`` is adapted where the host makes it (Transformers'
+# ``_bind_local_device``); torch's ``DeviceMesh`` binds through ``torch.hpu.set_device``,
+# which the Gaudi software maps to the process's module itself. A user's own call to another
+# index is not changed: the Gaudi software's error stays, and the plugin adds what to do.
+
+ACTIVE_DEVICE = "habana active device: "
+ONE_DEVICE_HINT = (
+    "hpu_plugin: a Gaudi process drives one device, always hpu:0; which module it is comes "
+    "from HABANA_VISIBLE_MODULES and the launcher's LOCAL_RANK (one process per device). "
+    "Use the device 'hpu' (or index 0) on every rank, or torch.hpu.set_device(local_rank), "
+    "which maps a local rank to the process's own module."
+)
+
+
+def add_one_device_hint(exc: BaseException) -> None:
+    """Add the hint to the Gaudi software's one-device error, once; its text is kept."""
+    if ACTIVE_DEVICE not in str(exc) or ONE_DEVICE_HINT in str(exc):
+        return
+    notes = getattr(exc, "__notes__", ())
+    if ONE_DEVICE_HINT in notes:
+        return
+    if hasattr(exc, "add_note"):  # Python 3.11+: shown under the error, which is unchanged
+        exc.add_note(ONE_DEVICE_HINT)
+    elif exc.args and isinstance(exc.args[0], str):
+        exc.args = (f"{exc.args[0]}\n{ONE_DEVICE_HINT}", *exc.args[1:])
+
+
+def with_one_device_hint(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` unchanged, but its one-device error carries the hint."""
+
+    @functools.wraps(original)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        except RuntimeError as exc:
+            add_one_device_hint(exc)
+            raise
+
+    return ours(call)
+
+
+def install_device_index_hint(patches: Patches) -> None:
+    """``torch.accelerator.set_device_index`` (and its deprecated alias) and the
+    ``torch.accelerator.device_index`` context: the calls by which code written for other
+    accelerators selects device ``LOCAL_RANK``. Not a per-op path."""
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    for name in ("set_device_index", "set_device_idx"):
+        if name == "set_device_idx" and not hasattr(accelerator, name):
+            continue  # torch's deprecated alias: nothing to adapt once torch drops it
+        original = original_of(accelerator, name, "torch", "device index hint",
+                               f"torch.accelerator.{name}")
+        if original is not None:
+            patches.set(accelerator, name, with_one_device_hint(original))
+    context = getattr(accelerator, "device_index", None)
+    original = original_of(context if isinstance(context, type) else None, "__enter__", "torch",
+                           "device index hint", "torch.accelerator.device_index", own=True)
+    if original is not None:
+        patches.set(context, "__enter__", with_one_device_hint(original))
+
+
+MESH = "device mesh check"
+
+
+def make_init_device_mesh(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``init_device_mesh`` that checks an ``hpu`` mesh's devices on this node against the
+    Gaudi rule of device groups (:func:`hpu_plugin.gaudi.selection.check_mesh`) before the
+    mesh starts a process group or any collective. Arguments it cannot read go to torch
+    unchecked, which reports them itself."""
+    from hpu_plugin.gaudi import selection
+    from hpu_plugin.machine import cached_index_module_map
+
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def init_device_mesh(*args: Any, **kwargs: Any) -> Any:
+        try:
+            bound = signature.bind(*args, **kwargs).arguments
+            device_type, shape = bound.get("device_type"), tuple(bound.get("mesh_shape") or ())
+            names = bound.get("mesh_dim_names")
+            readable = device_type == DEVICE_TYPE and all(isinstance(n, int) for n in shape)
+        except TypeError:
+            readable = False
+        if readable and selection.job_from_environ(os.environ) is not None:
+            for warning in selection.check_mesh(os.environ, shape, names,
+                                                cached_index_module_map()):
+                say_once(("mesh", warning), logging.WARNING, "hpu_plugin: %s", warning,
+                         logger=log)
+        return original(*args, **kwargs)
+
+    return ours(init_device_mesh)
+
+
+def install_device_mesh(patches: Patches) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    try:
+        from torch.distributed import device_mesh
+    except ImportError:  # a torch built without the distributed tensor stack
+        record_out("torch", MESH, "torch.distributed.device_mesh cannot be imported")
+        return
+    original = original_of(device_mesh, "init_device_mesh", "torch", MESH,
+                           "torch.distributed.device_mesh.init_device_mesh")
+    if original is None:
+        return
+    patches.replace_everywhere(original, make_init_device_mesh(original),
+                               alias_scope="torch.distributed")
+
+
 def install(registry: Registry, patches: Patches) -> None:
     install_compile(registry, patches)
     install_distributed(registry, patches)
     install_device_context(patches)
+    install_device_index_hint(patches)
+    install_device_mesh(patches)

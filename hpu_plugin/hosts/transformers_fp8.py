@@ -197,8 +197,17 @@ def quantizer_class() -> type:
             return device_map
 
         def _process_model_after_weight_loading(self, model: Any, **kwargs: Any) -> Any:
-            run_neural_compressor(model, self.quantization_config)
+            self.ran_mode = run_neural_compressor(model, self.quantization_config)
             return model
+
+        @property
+        def is_compileable(self) -> bool:
+            """A converted model compiles: Neural Compressor keeps its static scales as
+            module constants for HPU graphs and ``torch.compile``, and the bridge's fp8 ops
+            have meta kernels, so ``generate()`` takes Transformers' compiled decoding (and
+            the plugin's inference graphs) as for bf16. A measuring model does not: its
+            observers record each call in Python, which a graph would replay without."""
+            return getattr(self, "ran_mode", None) == "quantize"
 
         def is_serializable(self, safe_serialization: Any = None) -> bool:
             # fp8 modules of Neural Compressor are saved with its own save(), not here

@@ -31,7 +31,8 @@ range through the CPU (its scale multiplied by 448/240), as vllm-hpu-extension c
 the CPU on Gaudi 2.
 
 Transformers 5 and later (``quantizer_finegrained_fp8`` with ``FineGrainedFP8HfQuantizer``
-and ``integrations.finegrained_fp8.fp8_linear``); anything else: the adapter stays out.
+and ``integrations.finegrained_fp8.fp8_linear``); on 4.x it has nothing to do, and where a
+5.x release lacks those names it stays out, saying which.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpu_plugin.gaudi.config_error import GaudiConfigError
-from hpu_plugin.patching import Patches, original_of, ours, record_out
+from hpu_plugin.patching import Patches, original_of, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -54,14 +55,12 @@ OCP_E4M3_MAX = 448.0
 
 
 def _written_for() -> bool:
-    """Transformers 5 or later; 4.x's fp8 quantizer is other code (recorded, not said: 4.x
-    users asking for an fp8 checkpoint get Transformers' own behaviour)."""
+    """Transformers 5 or later. On 4.x, a tested release, the adapter has nothing to do (its
+    fp8 quantizer is other code, and an fp8 checkpoint gets Transformers' own behaviour):
+    a version gate, not an adapter that could not install, so nothing is recorded."""
     from hpu_plugin.hosts import transformers_fp8
 
-    if transformers_fp8.supported():
-        return True
-    record_out(HOST, ADAPTER, "written for Transformers 5 and later")
-    return False
+    return transformers_fp8.supported()
 
 
 def _names_hpu(device_map: Any) -> bool:

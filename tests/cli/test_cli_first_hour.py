@@ -102,17 +102,21 @@ def test_mode_is_not_credited_to_a_plugin_that_set_nothing(extra):
 @pytest.mark.e2e
 @pytest.mark.parametrize("command", ["info", "doctor"])
 def test_what_host_imports_print_is_not_the_commands_output(command):
-    """The adapters' probe imports Transformers' trainer, which reaches peft and bitsandbytes;
-    bitsandbytes warns on import that its CPU 4-bit kernel is missing. That line is theirs:
-    emulated info and doctor print nothing on stderr, and the report keeps it."""
-    assert pytest.importorskip("bitsandbytes")
+    """The adapters' probe imports Transformers' trainer, which reaches peft, bitsandbytes
+    and torchao: bitsandbytes warns that its CPU 4-bit kernel is missing where the CPU has
+    AVX-512 BF16, torchao that its CUDA libraries cannot load. Those lines are theirs:
+    emulated info and doctor do not print them, and the report keeps them."""
+    bitsandbytes = pytest.importorskip("bitsandbytes")
     done = run_cli(command, env=emulated())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "gemm_4bit_forward" not in done.stderr, done.stderr
-    assert "gemm_4bit_forward" not in done.stdout
+    assert "gemm_4bit_forward" not in done.stderr + done.stdout, done.stderr
     if command == "info":
         report = json.loads(run_cli("info", "--json", env=emulated()).stdout)
-        assert "gemm_4bit_forward" in report["support"]["adapters"]["printed_by_hosts"]
+        printed = report["support"]["adapters"]["printed_by_hosts"]
+        if bitsandbytes.functional.has_avx512bf16():
+            assert "gemm_4bit_forward" in printed, printed
+        lines = [line for line in printed.splitlines() if line.strip()]
+        assert not [line for line in lines if line in done.stdout + done.stderr], done.stderr
 
 
 @pytest.mark.e2e

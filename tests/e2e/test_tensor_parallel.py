@@ -2,8 +2,10 @@
 
 A Gaudi process drives one device, ``hpu:0``; Transformers 5 binds each rank to device
 ``LOCAL_RANK``, which the bridge refuses on every rank but the first. These run the user's
-own ``tp_plan="auto"``, ``DistributedConfig`` and Accelerate ``ParallelismConfig`` code under
-``torchrun`` and compare with one process.
+own ``tp_plan="auto"``, ``DistributedConfig``, ``init_device_mesh`` and Accelerate
+``ParallelismConfig`` code (``tensor_parallel_job.py``) under ``torchrun`` on 2 and 4 cards
+and compare with one process; 8 cards, expert parallelism and ``accelerate launch`` are in
+tests_engines/test_tensor_parallel.py.
 """
 
 from __future__ import annotations
@@ -23,82 +25,21 @@ if int(transformers.__version__.split(".")[0]) < 5:
     pytest.skip("Transformers 4 binds a tensor-parallel rank with torch.hpu.set_device, which "
                 "the bridge maps to the process's device itself", allow_module_level=True)
 
-MAKE = """
-import sys, torch
-from transformers import LlamaConfig, LlamaForCausalLM
-torch.manual_seed(0)
-config = LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
-                     num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-                     max_position_embeddings=128)
-LlamaForCausalLM(config).save_pretrained(sys.argv[1])
-"""
-
-#: Greedy tokens and three AdamW steps' losses; with WORLD_SIZE set, tensor parallel by the
-#: API named in argv[2].
-USER = """
-import json, os, sys, torch
-from transformers import AutoModelForCausalLM, DistributedConfig
-path, api = sys.argv[1], sys.argv[2]
-if api == "tp_plan":
-    model = AutoModelForCausalLM.from_pretrained(path, tp_plan="auto")
-elif api == "accelerate":
-    from accelerate import Accelerator
-    from accelerate.parallelism_config import ParallelismConfig
-    accelerator = Accelerator(
-        parallelism_config=ParallelismConfig(tp_size=int(os.environ["WORLD_SIZE"])))
-    model = AutoModelForCausalLM.from_pretrained(
-        path, tp_plan="auto", device_mesh=accelerator.torch_device_mesh["tp"])
-elif api == "config":
-    model = AutoModelForCausalLM.from_pretrained(
-        path, distributed_config=DistributedConfig(tp_size=int(os.environ["WORLD_SIZE"]),
-                                                   tp_plan="auto"))
-elif api == "2d":  # tensor parallel inside pairs of cards, fully sharded across the pairs
-    model = AutoModelForCausalLM.from_pretrained(path, distributed_config=DistributedConfig(
-        tp_size=2, fsdp_size=int(os.environ["WORLD_SIZE"]) // 2, tp_plan="auto"))
-else:
-    model = AutoModelForCausalLM.from_pretrained(path).to("hpu")
-ids = torch.tensor([[1, 5, 9, 3], [7, 2, 8, 4]], device=model.device)
-# Not under FSDP 2: a forward outside training leaves an unshard FSDP waits for at the end of
-# the next backward on torch.accelerator's stream with the hpu stream's event, which torch
-# reads as a torch.Event (docs/scaling-out.md).
-tokens = None if api == "2d" else model.generate(ids, max_new_tokens=6, do_sample=False).tolist()
-weight = model.model.layers[0].self_attn.q_proj.weight
-held = (weight.to_local() if hasattr(weight, "to_local") else weight).numel()
-model.train()
-optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-backward = lambda loss: loss.backward()
-if api == "accelerate":  # the fused optimizer of Accelerate's prepare, as a Trainer has
-    model, optimizer = accelerator.prepare(model, optimizer)
-    backward = accelerator.backward
-g = torch.Generator().manual_seed(0)
-losses = []
-for _ in range(3):
-    batch = torch.randint(0, 128, (2, 16), generator=g).to(model.device)
-    loss = model(input_ids=batch, labels=batch).loss
-    backward(loss)
-    optimizer.step()
-    optimizer.zero_grad()
-    losses.append(loss.item())
-print("RESULT " + json.dumps({"rank": os.environ.get("RANK", "single"), "device": str(model.device),
-      "tokens": tokens, "losses": losses, "held": held}), flush=True)
-"""
+#: The user's job (greedy tokens, three AdamW steps' losses, its share of the weights).
+JOB = Path(__file__).parent / "tensor_parallel_job.py"
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tp") / "model"
-    run(MAKE, base_env(path.parent), argv=[sys.executable, "-c", MAKE, str(path)])
+    run("", base_env(path.parent), argv=[sys.executable, str(JOB), str(path), "make-llama"])
     return path
 
 
 def _results(stdout: str) -> list[dict]:
-    return [json.loads(m) for m in re.findall(r"RESULT (\{.*?\})(?=RESULT|\n|$)", stdout)]
-
-
-def _script(tmp_path: Path) -> Path:
-    script = tmp_path / "user.py"
-    script.write_text(USER)
-    return script
+    """Each rank's report; ranks share the pipe, so two may share a line."""
+    decoder = json.JSONDecoder()
+    return [decoder.raw_decode(stdout, m.end())[0] for m in re.finditer("RESULT ", stdout)]
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +47,14 @@ def single(tmp_path_factory, model_dir) -> dict:
     """The same user code in one process on one emulated Gaudi."""
     tmp_path = tmp_path_factory.mktemp("single")
     result = run("", emulated_env(tmp_path),
-                 argv=[sys.executable, str(_script(tmp_path)), str(model_dir), "single"])
+                 argv=[sys.executable, str(JOB), str(model_dir), "single"])
     (found,) = _results(result.stdout)
     return found
 
 
 def _torchrun(tmp_path: Path, model_dir: Path, api: str, ranks: int) -> list[dict]:
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-            str(ranks), str(_script(tmp_path)), str(model_dir), api]
+            str(ranks), str(JOB), str(model_dir), api]
     result = run("", emulated_env(tmp_path, devices=ranks), argv=argv, cwd=tmp_path,
                  check=False)
     found = _results(result.stdout)
@@ -132,23 +73,62 @@ def _assert_same(found: list[dict], single: dict) -> None:
 
 
 @pytest.mark.parametrize(
-    ("api", "ranks"), [("tp_plan", 2), ("config", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
+    ("api", "ranks"),
+    [("tp_plan", 2), ("mesh", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
 def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
                                                          ranks):
     _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)
 
 
+HINT = "hpu_plugin: a Gaudi process drives one device, always hpu:0"
+
+
 def test_a_users_own_binding_to_another_index_keeps_the_bridges_error(tmp_path):
     """Only Transformers' set-up is bound to hpu:0: the user's own call to index 1 is
-    refused by the device guard as on Gaudi."""
+    refused by the device guard as on Gaudi, with the plugin's hint under it."""
     result = run("""
-        import torch
+        import torch, traceback
         from transformers.distributed import utils
         print("bound=" + str(utils._bind_local_device("hpu", 1)))
         try:
             torch.accelerator.set_device_index(1)
         except RuntimeError as exc:
             print("refused=" + str("habana active device: 1 != 0" in str(exc)))
+            traceback.print_exc()
     """, emulated_env(tmp_path, devices=2))
     assert result.lines()["bound"] == "hpu:0"
     assert result.lines()["refused"] == "True"
+    assert HINT in result.stderr
+
+
+#: A script written for GPUs: each rank selects device LOCAL_RANK, then builds a mesh.
+MESH_OF_THREE = """
+import os, torch
+from torch.distributed.device_mesh import init_device_mesh
+try:
+    torch.accelerator.set_device_index(int(os.environ["LOCAL_RANK"]))
+    print("selected", flush=True)
+except RuntimeError as exc:
+    print("refused hint=%s" % (HINT in "".join(getattr(exc, "__notes__", ()))), flush=True)
+init_device_mesh("hpu", (3,), mesh_dim_names=("tp",))
+print("MESH BUILT", flush=True)
+"""
+
+
+def test_a_mesh_of_three_cards_is_refused_before_its_process_group_starts(tmp_path):
+    """Gaudi runs groups of 2 or 4 devices or the whole server: each of the 3 ranks stops
+    in ``init_device_mesh`` with the mesh's sizes and the fix, before any collective. On the
+    way, ranks 1 and 2 select device LOCAL_RANK as GPU code does, and are refused by the
+    device guard with the hint."""
+    script = tmp_path / "mesh.py"
+    script.write_text(f"HINT = {HINT!r}\n" + MESH_OF_THREE)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            "3", str(script)]
+    result = run("", emulated_env(tmp_path, devices=4), argv=argv, cwd=tmp_path, check=False)
+    assert result.returncode != 0
+    assert "MESH BUILT" not in result.stdout
+    assert result.stdout.count("refused hint=True") == 2, result.stdout[-3000:]
+    assert result.stdout.count("selected") == 1
+    refusal = "PlacementError: device mesh='tp=3': it spans 3 of this node's 3 devices"
+    assert result.stderr.count(refusal) >= 1, result.stderr[-3000:]
+    assert "tp_size=4 with torchrun --nproc-per-node 4" in result.stderr

@@ -2,10 +2,10 @@
 
 consumer_surface/surface.json lists every ``habana_frameworks`` / ``torch.hpu`` /
 ``torch.ops.hpu`` name the pinned releases of DeepSpeed, optimum-habana, lightning-habana,
-sentence-transformers, diffusers, bitsandbytes, Transformers and Accelerate use (written by
-``python -m consumer_surface extract``). Each is resolved in a fresh emulated interpreter, as
-the consumer reaches it; a missing name must be listed in consumer_surface/left_out.json
-with its reason.
+sentence-transformers, diffusers, bitsandbytes, Transformers, Accelerate and Intel Neural
+Compressor use (written by ``python -m consumer_surface extract``). Each is resolved in a
+fresh emulated interpreter, as the consumer reaches it; a missing name must be listed in
+consumer_surface/left_out.json with its reason.
 """
 
 from __future__ import annotations
@@ -111,3 +111,15 @@ def test_share_of_names_present(errors, consumer):
     found = tallies(errors, load(SURFACE), load(LEFT_OUT))[consumer]
     wanted = ALL_SHARE if consumer == "all" else CONSUMER_SHARE
     assert found.share >= wanted, (found.present, found.total, found.missing)
+
+
+def test_extracting_one_release_names_a_pinned_one(tmp_path):
+    """``extract neural-compressor`` re-reads one release and keeps the others' entries; a
+    name that is not pinned is refused before anything is downloaded or written."""
+    from consumer_surface.extract import extract
+
+    target = tmp_path / "surface.json"
+    target.write_text(SURFACE.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(ValueError, match=r"not pinned in consumer_surface/sources\.py"):
+        extract(target, only=("neural-compresor",))
+    assert target.read_text(encoding="utf-8") == SURFACE.read_text(encoding="utf-8")

@@ -53,3 +53,51 @@ def test_launches_and_syncs_are_counted_per_kind(run):
     compiled = r["compiled"]  # four ops in one compiled graph
     assert compiled["launches"] == compiled["compiled_graphs"] == 1, compiled
     assert compiled["eager_ops"] == 0 and compiled["inner_ops"] >= 4, compiled
+
+
+RECIPES_AND_GRAPHS = """
+import json, torch
+import habana_frameworks.torch.core as htcore
+from habana_frameworks.torch.hpu.metrics import metric_global
+from hpu_emulator import counters
+
+def compilations():
+    return dict(metric_global("graph_compilation").stats())["TotalNumber"]
+
+a = torch.ones(4, 4).to("hpu")
+runs = []
+for _ in range(2):
+    counters.reset()
+    before = compilations()
+    b = (a @ a + 1).relu()
+    b.sum().item()                # a host read: in lazy mode it runs the queued ops
+    c = b * 2
+    htcore.mark_step()            # lazy mode: runs the ops queued since the read
+    runs.append({**counters.snapshot(), "compilations": compilations() - before})
+counters.reset()
+a @ torch.ones(4, 8, device="hpu")   # a new shape: one more eager recipe
+runs.append(counters.snapshot())
+print("RESULT" + json.dumps(runs))
+"""
+
+
+def test_eager_ops_compile_a_recipe_per_new_signature_outside_the_public_metric(run):
+    # the bridge compiles an eager recipe for each op with a new signature and publishes no
+    # GRAPH_COMPILE for it (synapse_helpers/graph.cpp: non-eager graphs only)
+    first, second, new_shape = result_of(run(RECIPES_AND_GRAPHS).stdout)
+    # matmul, add, relu, sum, mul: five launches, five recipes, none of them in the metric
+    assert first["launches"] == 5 and first["eager_recipes"] == 5, first
+    assert first["compilations"] == 0 and first["lazy_graphs"] == 0, first
+    assert second["launches"] == 5 and second["eager_recipes"] == 0, second
+    # the fill of the new operand and the matmul of new shapes
+    assert new_shape["eager_recipes"] == 2, new_shape
+
+
+def test_lazy_mode_counts_a_launch_per_graph_a_gaudi_runs(run):
+    # the ops before the read are one graph, those after it and before mark_step another;
+    # each a compilation the first time, a recipe-cache hit after
+    first, second, _ = result_of(run(RECIPES_AND_GRAPHS, {"PT_HPU_LAZY_MODE": "1"}).stdout)
+    assert first["launches"] == first["lazy_graphs"] == 2, first
+    assert first["eager_ops"] == 5 and first["syncs"] == 1, first  # the ops: not launches
+    assert first["compilations"] == 2 and first["eager_recipes"] == 0, first
+    assert second["launches"] == 2 and second["compilations"] == 0, second

@@ -6,11 +6,12 @@ record input and weight maxima, ``finalize_calibration`` writes them to ``dump_s
 ``convert`` with ``mode="QUANTIZE"`` on a fresh model reads them back, quantizes the weights to
 ``float8_e4m3fn`` and replaces the modules by fp8 ones that call the bridge's
 ``cast_to_fp8_v2``, ``fp8_gemm_v2``, ``softmax_fp8``, ``conv2d_fp8`` and ``cast_from_fp8``
-(their scalar-scale forms: its default scale format). The script runs that flow on a tiny
-``LlamaForCausalLM`` in bf16, built from a config and taught a next-token rule in a few CPU
-steps (a randomly initialised model's logits are nearly flat, so any rounding flips its greedy
-tokens), and on an attention block written with ``Matmul`` and ``Softmax`` modules as
-optimum-habana writes its models, and on two ``nn.Conv2d``.
+(their scalar-scale forms: its default scale format), and ``hpex.kernels.fp8_fused_sdpa``.
+The script runs that flow on a tiny ``LlamaForCausalLM`` in bf16, built from a config and
+taught a next-token rule in a few CPU steps (a randomly initialised model's logits are nearly
+flat, so any rounding flips its greedy tokens), on an attention block written with ``Matmul``
+and ``Softmax`` modules as optimum-habana writes its models, on optimum-habana's fused
+attention module (``ModuleFusedSDPA``), and on two ``nn.Conv2d``.
 
 Checked: the measurement files are written, hold what the model computed, and are what
 ``convert`` reads (none there: it refuses; one module's maximum changed: that module's scale
@@ -19,7 +20,7 @@ weights; one patched linear, matmul, softmax and conv each equal torch's float8 
 CPU with the scales Neural Compressor chose (E4M3 saturating at 240 on Gaudi2, 448 on Gaudi3);
 greedy tokens of the fp8 model agree with the bf16 model's for at least 95% of tokens, and its
 logits stay within 5% of their largest magnitude (E4M3 keeps 3 mantissa bits), and the fp8
-attention block's and convolutions' outputs within 10% of the bf16 ones.
+attention blocks' and convolutions' outputs within 10% of the bf16 ones.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ import sys
 import numpy as np
 import torch
 from torch import nn
+from habana_frameworks.torch.hpex.kernels import FusedSDPA
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from neural_compressor.torch.quantization import (
@@ -242,6 +244,70 @@ conv_ref = torch.nn.functional.conv2d(
 conv_ref = (conv_ref + first.bias.cpu().float().view(1, -1, 1, 1)).to(torch.bfloat16)
 result["conv_module_err"] = (out - conv_ref.float()).abs().max().item()
 result["conv_rel_err"] = ((got - want).abs().max() / want.abs().max()).item()
+
+# optimum-habana's fused attention (ModuleFusedSDPA around hpex FusedSDPA, grouped-query):
+# Neural Compressor measures it through the bridge's fp8_fused_sdpa in bf16 (input maxima and
+# the softmax's amax) and runs it with fp8 q, k, v, probabilities and output
+class ModuleFusedSDPA(nn.Module):
+    # optimum-habana's wrapper (models/llama/modeling_llama.py), which Neural Compressor patches
+    def __init__(self, fusedSDPA):
+        super().__init__()
+        self._hpu_kernel_fsdpa = fusedSDPA
+    def forward(self, query, key, value, attn_mask, dropout_p, is_causal, scale, softmax_mode,
+                recompute_mode, valid_sequence_lengths, padding_side="left"):
+        return self._hpu_kernel_fsdpa.apply(query, key, value, attn_mask, dropout_p, is_causal,
+                                            scale, softmax_mode, recompute_mode,
+                                            valid_sequence_lengths, padding_side)
+
+class FusedAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(64, 128, bias=False)
+        self.fused_scaled_dot_product_attention = ModuleFusedSDPA(FusedSDPA)
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.qkv(x)[..., :64].view(b, t, 4, 16).transpose(1, 2)
+        k, v = self.qkv(x)[..., 64:].view(b, t, 2, 2, 16).permute(2, 0, 3, 1, 4)
+        out = self.fused_scaled_dot_product_attention(q, k, v, None, 0.0, True, None, "None",
+                                                      None, None, "left")
+        return out.transpose(1, 2).reshape(b, t, 64)
+
+def fused():
+    torch.manual_seed(0)
+    return FusedAttention().to(torch.bfloat16).eval().to("hpu")
+
+xs = [torch.randn(2, 12, 64, generator=gen).to(torch.bfloat16) for _ in range(3)]
+dump = os.path.join(work, "sdpa", "measure")
+measured = prepare(fused(), FP8Config(mode="MEASURE", dump_stats_path=dump))
+with torch.no_grad():
+    for x in xs:
+        measured(x.to("hpu"))
+finalize_calibration(measured)
+with open(dump + "_hooks_maxabs.json") as f:
+    node = json.load(f)["Nodes"]["fused_scaled_dot_product_attention"]
+result["sdpa_measured"] = node
+quant = convert(fused(), FP8Config(mode="QUANTIZE", dump_stats_path=dump))
+sdpa = quant.fused_scaled_dot_product_attention
+result["sdpa_patched"] = type(sdpa).__name__
+io = {}
+hook = sdpa.register_forward_hook(
+    lambda m, a, o: io.update(args=[t.cpu() for t in a[:3]], out=o.cpu()))
+with torch.no_grad():
+    got = quant(xs[0].to("hpu")).float().cpu()
+    want = fused()(xs[0].to("hpu")).float().cpu()
+hook.remove()
+q, k, v = io["args"]
+sq, sk, sv = float(sdpa.scale_q), float(sdpa.scale_k), float(sdpa.scale_v)
+Q, K, V = fp8(q, 1 / sq) * sq, fp8(k, 1 / sk) * sk, fp8(v, 1 / sv) * sv
+K, V = K.repeat_interleave(2, 1), V.repeat_interleave(2, 1)
+s = (Q @ K.transpose(-1, -2)) / 4.0
+s = s.masked_fill(~torch.ones(12, 12, dtype=torch.bool).tril(), float("-inf"))
+P = fp8(torch.softmax(s, -1), float(sdpa.scale_amax)) * float(sdpa.descale_amax)
+O = fp8(P @ V, float(sdpa.scale_output)) / float(sdpa.scale_output)
+ref = O.to(torch.bfloat16).float()
+result["sdpa_scales"] = [sq, sk, sv, float(sdpa.descale_amax), float(sdpa.scale_output)]
+result["sdpa_module_err"] = (io["out"].float() - ref).abs().max().item()
+result["sdpa_rel_err"] = ((got - want).abs().max() / want.abs().max()).item()
 print("RESULT" + json.dumps(result))
 """
 
@@ -289,6 +355,20 @@ def test_linears_become_fp8_modules_computing_as_torch_float8(flow):
     assert r["conv_patched"] == ["PatchedConv2d", "ReLU", "PatchedConv2d"]
     assert r["conv_module_err"] == 0.0
     assert 0.0 < r["conv_rel_err"] <= 0.1
+
+
+def test_fused_attention_is_measured_and_runs_in_fp8(flow):
+    """optimum-habana's ``ModuleFusedSDPA``: measured through ``fp8_fused_sdpa`` (q, k, v
+    maxima, the output's and the probabilities' amax, 1.0 under a causal mask), then run
+    with fp8 q, k, v, probabilities and output, equal to the CPU reference built from torch's
+    float8 with Neural Compressor's scales."""
+    _, r = flow
+    assert r["sdpa_patched"] == "PatchedModuleFusedSDPA"
+    inputs, outputs = r["sdpa_measured"]["inputs"], r["sdpa_measured"]["outputs"]
+    assert len(inputs) == 3 and all(value[0][0] > 0 for value in inputs)
+    assert len(outputs) == 2 and outputs[1][0][0] == 1.0
+    assert r["sdpa_module_err"] == 0.0
+    assert 0.0 < r["sdpa_rel_err"] <= 0.1
 
 
 def test_fp8_greedy_tokens_agree_with_bf16(flow):

@@ -1,6 +1,8 @@
-"""Unchanged training code trains its decoder layers through graphs that ``hpu_backend``
-compiles: a default ``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated
-Gaudi, against the same code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
+"""Unchanged training code trains through graphs that ``hpu_backend`` compiles: each decoder
+layer (the default region), or the whole model's forward and loss as one graph
+(``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, for a model whose class declares one graph); a default
+``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated Gaudi, against the same
+code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
 
 The tolerances are torch's own for compiled against eager training in float32 (1e-4
 absolute and relative, ``torch._dynamo.testing.same``'s default) and Transformers' for bf16
@@ -85,28 +87,44 @@ def _close(got: list[float], want: list[float], tolerance: float) -> bool:
         abs(g - w) <= tolerance + tolerance * abs(w) for g, w in zip(got, want, strict=True))
 
 
+def _minus(a: list[int], b: list[int]) -> list[int]:
+    return [x - y for x, y in zip(a, b, strict=True)]
+
+
 @pytest.mark.e2e
-def test_a_default_trainer_trains_its_layers_through_graphs_with_eager_losses(run):
-    on = result_of(run(SCRIPT, {**ENV, "ARM": "trainer"}, timeout=900).stdout)
+def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
+    blocks = result_of(run(SCRIPT, {**ENV, "ARM": "trainer"}, timeout=1500).stdout)
+    model = result_of(run(SCRIPT, {**ENV, "ARM": "trainer",
+                                   "HPU_PLUGIN_TRAIN_GRAPHS_REGION": "model"},
+                          timeout=1500).stdout)
     off = result_of(run(SCRIPT, {**ENV, "ARM": "trainer", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
-                        timeout=900).stdout)
+                        timeout=1500).stdout)
     for arm in ("bf16", "fp32", "four"):
-        # a forward and a backward graph per decoder layer, and far fewer launches a step
+        # the model's forward and loss one graph, its backward another; or a forward and a
+        # backward graph per decoder layer; and the Trainer's loss filter one more
+        # (trainer_syncs); far fewer launches a step
         layers = 4 if arm == "four" else 2
-        assert on[arm]["graphs"] == [2 * layers] * 5, (arm, on[arm]["graphs"])
-        assert off[arm]["graphs"] == [0] * 5
-        assert max(on[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, on[arm], off[arm])
-    assert _close(on["fp32"]["losses"], off["fp32"]["losses"], 1e-4), (on["fp32"], off["fp32"])
-    assert _close(on["bf16"]["losses"], off["bf16"]["losses"], 1e-2), (on["bf16"], off["bf16"])
-    # one compiled block forward is shared by every layer: both layers of the first model
-    # compile one forward and one backward recipe, and a model of four layers of the same
-    # class, trained next in the process, compiles nothing new
-    assert on["bf16"]["compilations"] == 2 and on["four"]["compilations"] == 0, on
+        assert off[arm]["graphs"] == [0] * 5, (arm, off[arm])
+        assert model[arm]["graphs"] == [3] * 5, (arm, model[arm])
+        assert blocks[arm]["graphs"] == [2 * layers + 1] * 5, (arm, blocks[arm])
+        assert max(model[arm]["launches"]) * 4 < min(off[arm]["launches"]), (arm, model, off)
+        assert max(blocks[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, blocks, off)
+        assert max(model[arm]["launches"]) < min(blocks[arm]["launches"]), (arm, model, blocks)
+    for on in (model, blocks):
+        assert _close(on["fp32"]["losses"], off["fp32"]["losses"], 1e-4), (on["fp32"], off)
+        assert _close(on["bf16"]["losses"], off["bf16"]["losses"], 1e-2), (on["bf16"], off)
+    # the first model compiles one forward and one backward recipe either way, and the loss
+    # filter's; a model of four layers of the same class, trained next in the process, is a
+    # new model graph, but shares its layers' compiled forward with the first
+    compiled = {arm: [on[arm]["compilations"] for arm in ("bf16", "four")]
+                for arm, on in (("model", model), ("blocks", blocks), ("off", off))}
+    assert compiled == {"model": [3, 2], "blocks": [3, 0], "off": [0, 0]}, compiled
     # gradient checkpointing recomputes each block, dropout's random numbers would differ in
     # a graph: both keep the eager path and its losses
-    for arm in ("checkpointing", "dropout"):
-        assert on[arm]["graphs"] == [0] * 5, (arm, on[arm])
-        assert _close(on[arm]["losses"], off[arm]["losses"], 1e-6), (arm, on[arm], off[arm])
+    for on in (model, blocks):
+        for arm in ("checkpointing", "dropout"):
+            assert on[arm]["graphs"] == off[arm]["graphs"], (arm, on[arm], off[arm])
+            assert _close(on[arm]["losses"], off[arm]["losses"], 1e-6), (arm, on[arm], off)
 
 
 @pytest.mark.e2e
@@ -114,5 +132,6 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
     on = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
     off = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
                         timeout=600).stdout)
+    # a forward and a backward graph per decoder layer (no Trainer: no loss filter)
     assert on["graphs"] == [4] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)

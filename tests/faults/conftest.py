@@ -188,14 +188,15 @@ logging.getLogger("hpu_plugin").addHandler(Keep())
 ACTIVATE_EACH = KEEP_LOGS + """
 import json, os, sys
 import torch
-from hpu_plugin import activation, registry
+from hpu_plugin import activation
+from hpu_plugin.patching import this_process
 results = {}
 for case, values in CASES.items():
     saved = dict(os.environ)
     os.environ.update(values)
     activation.state.clear()
     activation.state.update(status="off", reason="not run")
-    registry._registry = None
+    this_process.registry = None
     del lines[:]
     activation.autoload()
     results[case] = {

@@ -1,6 +1,7 @@
 """The fast paths' and shape buckets' settings are refused once, at activation.
 
-``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX``, ``HPU_PLUGIN_BUCKETS*`` and ``HPU_PLUGIN_FP8``
+``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX``, ``HPU_PLUGIN_TRAIN_GRAPHS_REGION``,
+``HPU_PLUGIN_BUCKETS*`` and ``HPU_PLUGIN_FP8``
 are read deep inside ``train()``, ``generate()`` and ``from_pretrained``; a value no parser
 accepts must not wait until then (a warning per object that asks, then a raise mid-training).
 Inside ``import torch`` the plugin is off with one message naming the variable, its value and
@@ -25,6 +26,7 @@ BAD = {
     "HPU_PLUGIN_FAST_GRAPHS": ("2", "HPU_PLUGIN_FAST_GRAPHS=0 turns it off"),
     "HPU_PLUGIN_FAST_SDPA": ("\u0661", "HPU_PLUGIN_FAST_SDPA=0 turns it off"),
     "HPU_PLUGIN_GRAPHS_MAX": ("0", "HPU_PLUGIN_FAST_GRAPHS=0 turns graphs off"),
+    "HPU_PLUGIN_TRAIN_GRAPHS_REGION": ("layers", "HPU_PLUGIN_TRAIN_GRAPHS_REGION=blocks compiles"),
     "HPU_PLUGIN_BUCKETS": ("maybe", "HPU_PLUGIN_BUCKETS=0 to turn shape buckets off"),
     "HPU_PLUGIN_BUCKETS_GROUP": ("maybe", "HPU_PLUGIN_BUCKETS_GROUP=0 keeps"),
     "HPU_PLUGIN_BUCKETS_LENGTH": ("512,64", "HPU_PLUGIN_BUCKETS_LENGTH=128,256,512"),
@@ -34,6 +36,7 @@ BAD = {
 #: Values that each parser accepts: activation goes on as without them.
 GOOD = {
     "HPU_PLUGIN_FAST": "0", "HPU_PLUGIN_FAST_GRAPHS": "1", "HPU_PLUGIN_GRAPHS_MAX": "4",
+    "HPU_PLUGIN_TRAIN_GRAPHS_REGION": "Model",
     "HPU_PLUGIN_BUCKETS": "on", "HPU_PLUGIN_BUCKETS_GROUP": "0",
     "HPU_PLUGIN_BUCKETS_LENGTH": "128,256", "HPU_PLUGIN_BUCKETS_BATCH": "off",
     "HPU_PLUGIN_BUCKETS_CACHE": " ", "HPU_PLUGIN_FP8": "0",

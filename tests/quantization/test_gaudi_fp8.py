@@ -13,9 +13,10 @@ tokens) and saved to a local directory. Each user script then loads it with
 Checked against a bf16 run of the same script: the measurement is written by the measure
 run and is what the quantize run reads; every ``nn.Linear`` becomes Neural Compressor's
 ``PatchedLinear`` with ``float8_e4m3fn`` weights; greedy tokens agree for at least 95% of
-tokens, logits stay within 5% of their largest magnitude, and the weights take less device
-memory than in bf16. Gaudi 1 is refused before any weight is read, and a bad switch value
-turns the plugin off at ``import torch`` with one message.
+tokens, logits stay within 5% of their largest magnitude, the weights take less device
+memory than in bf16, and ``generate()`` decodes the fp8 model through compiled graphs as it
+does the bf16 one (a measuring model runs eagerly). Gaudi 1 is refused before any weight is
+read, and a bad switch value turns the plugin off at ``import torch`` with one message.
 """
 
 from __future__ import annotations
@@ -81,13 +82,19 @@ MEASURE_MODEL = r"""
 from torch import nn
 
 def report(model, prompts, weights_bytes):
+    from hpu_emulator import counters
+
     tokens, logits = [], []
+    counters.reset()
     with torch.no_grad():
         for p in prompts:
             ids = torch.tensor([p], device="hpu")
             out = model.generate(ids, max_new_tokens=16, min_new_tokens=16, do_sample=False)
             new = out[0, len(p):].cpu().tolist()
             tokens.append(new)
+    compiled = counters.snapshot()["compiled_graphs"]
+    with torch.no_grad():
+        for p, new in zip(prompts, tokens):
             full = torch.tensor([p + new], device="hpu")
             logits.append(model(full).logits.float().cpu()[0].tolist())
     named = dict(model.named_modules())
@@ -100,6 +107,8 @@ def report(model, prompts, weights_bytes):
         "plain_linears": [n for n, m in named.items() if type(m) is nn.Linear],
         "device": str(next(model.parameters()).device),
         "hf_quantizer": type(getattr(model, "hf_quantizer", None)).__name__,
+        "compileable": getattr(getattr(model, "hf_quantizer", None), "is_compileable", None),
+        "compiled_graphs": compiled,
     }
 """
 
@@ -203,6 +212,9 @@ def _assert_fp8(fp8: dict, ref: dict, generation: str) -> None:
     assert fp8["plain_linears"] == []
     assert fp8["device"] == "hpu:0"
     assert fp8["hf_quantizer"] == "GaudiFp8HfQuantizer"
+    # the converted model decodes through compiled graphs as the bf16 one does
+    assert fp8["compileable"] is True
+    assert fp8["compiled_graphs"] > 0 and ref["compiled_graphs"] > 0
     agreement, logits_err, memory = _compare(generation, fp8, ref)
     assert agreement >= 0.95
     assert 0.0 < logits_err <= 0.05
@@ -238,6 +250,8 @@ def test_quantization_config_measures_then_quantizes(bf16, tiny, tmp_path: Path)
     assert measured["written"] == [stats]
     assert measured["weight_dtypes"] == ["torch.bfloat16"]
     assert measured["tokens"] == ref["tokens"]  # measuring computes as bf16 does
+    # its observers record in Python at each call: not compiled, every step runs them
+    assert measured["compileable"] is False and measured["compiled_graphs"] == 0
     fp8 = _run(CONFIGURED, _emulated(generation), *args)
     assert fp8["mode"] == "quantize"
     _assert_fp8(fp8, ref, generation)

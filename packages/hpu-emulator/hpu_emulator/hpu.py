@@ -459,9 +459,7 @@ def _check_rng_device(device: Any, function: str) -> int:
     and refuses any other index with its own RuntimeError."""
     index = _index(device)
     if index != 0:
-        raise RuntimeError(
-            f"hpu {function} supports only device 0 (asked for hpu:{index}: a Gaudi process "
-            "drives the one device it acquired, hpu:0)")
+        raise RuntimeError(f"hpu {function} supports only device 0")
     return index
 
 

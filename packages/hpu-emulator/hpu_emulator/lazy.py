@@ -1,13 +1,18 @@
 """Lazy mode of the emulated Gaudi (``PT_HPU_LAZY_MODE=1``): where the accumulated graph runs.
 
-On Gaudi, lazy mode queues the ops and runs them as one graph at ``mark_step()`` (and where
-a value must reach the host); each distinct graph is compiled once and then found in the
-recipe cache. The emulator runs every op at once, as in eager mode, so results are the same;
-what it models is the accounting: its C++ runtime keeps a running hash of the ops since the
-last step (their names, tensor sizes, strides and dtypes, scalar arguments), and
-``mark_step`` hands that graph to the recipe cache, so ``graph_compilation`` and
-``recipe_cache`` count a compilation for each new graph and a hit for a repeated one. Step
-closures (``add_step_closure``) run at the mark, as on the bridge.
+On Gaudi, lazy mode queues the ops and runs them as one graph at ``mark_step()`` and where
+a value must reach the host (the bridge's ``.item()`` and copies to the host call its step
+marker); each distinct graph is compiled once and then found in the recipe cache. The
+emulator runs every op at once, as in eager mode, so results are the same; what it models is
+the accounting: its C++ runtime keeps a running hash of the ops since the last step (their
+names, tensor sizes, strides and dtypes, scalar arguments), closes that graph at a host read,
+and ``mark_step`` hands the graphs to the recipe cache, so ``graph_compilation`` and
+``recipe_cache`` count a compilation for each new graph and a hit for a repeated one, and
+the emulator's own counters (``counters.py``) count each graph run as one launch
+(``lazy_graphs``). Step closures (``add_step_closure``) run at the mark, as on the bridge.
+
+In eager mode the runtime instead notes each op's signature, so that the counters can say
+how many eager recipes the bridge would compile (:func:`start`).
 
 ``torch.compile`` stays refused in lazy mode (``hpu_plugin.gaudi.modes``), and int64 stays
 off the device (``generations.int64_on_device``): both are the plugin's rules, applied as
@@ -39,10 +44,13 @@ def is_lazy() -> bool:
 
 def start() -> None:
     """Turn the runtime's graph trace on in lazy mode, and its lazy-mode acceptance of CPU
-    inputs (called once at emulator start)."""
+    inputs; in eager mode its note of each op's recipe signature (called once at emulator
+    start)."""
     if is_lazy():
         runtime.extension().lazy_trace(True)
         runtime.extension().lazy_mode(True)
+    else:
+        runtime.extension().eager_recipes(True)
 
 
 class LazyModeRequired(RuntimeError):
@@ -75,23 +83,51 @@ def mark_step() -> None:
 def flush() -> None:
     """Run the accumulated graph: one compilation the first time this graph is seen, a
     recipe-cache hit after; nothing accumulated, nothing counted. The bridge's own step
-    marks (before an HPU-graph capture or replay) do this without the Python closures."""
+    marks (before an HPU-graph capture or replay) do this without the Python closures.
+    The graphs host reads closed since the last mark are accounted first."""
     if not is_lazy():
         return
+    closed = runtime.extension().lazy_take_closed()
     graph_hash, ops = runtime.extension().lazy_take()
     now = time.perf_counter_ns()
     with _lock:
         since, _state["since"] = _state["since"], now
     if any(take() for take in _capture_step):
         return  # the ops are the captured graph's
-    if ops:
-        recipes.account(f"lazy{graph_hash:016x}", (), "lazy", (now - since) // 1000)
+    graphs = [*closed, *([(graph_hash, ops)] if ops else [])]
+    _account(graphs, now - since)
+
+
+def take_closed() -> None:
+    """Account the graphs host reads have run since the last mark (the counters call this
+    before they are read, so that a program that reads values but never marks a step is
+    counted too)."""
+    if not is_lazy():
+        return
+    closed = runtime.extension().lazy_take_closed()
+    if not closed:
+        return
+    now = time.perf_counter_ns()
+    with _lock:
+        since, _state["since"] = _state["since"], now
+    _account(closed, now - since)
+
+
+def _account(graphs: list[tuple[int, int]], nanoseconds: int) -> None:
+    """Each graph run: a recipe compiled or found, and one launch."""
+    from hpu_emulator import counters
+
+    for graph_hash, _ in graphs:
+        recipes.account(f"lazy{graph_hash:016x}", (), "lazy",
+                        nanoseconds // 1000 // max(1, len(graphs)))
+    counters.count(counters.LAZY_GRAPH, len(graphs))
 
 
 def discard_pending() -> None:
     """Forget the ops accumulated so far: they were a captured HPU graph's (counted there)
     or a replay's (which compiles nothing)."""
     if is_lazy():
+        runtime.extension().lazy_take_closed()
         runtime.extension().lazy_take()
         _state["since"] = time.perf_counter_ns()
 

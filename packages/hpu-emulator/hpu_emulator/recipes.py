@@ -259,10 +259,14 @@ def counted(compiler: Callable[..., Any], kind: str) -> Callable[..., Any]:
 
 
 def clear() -> None:
-    """Forget every recipe (as a new process would); the metrics keep their counts."""
+    """Forget every recipe (as a new process would), eager ones included; the metrics keep
+    their counts."""
+    from hpu_emulator import counters
+
     with _lock:
         _recipes.clear()
         _ranged.clear()
+    counters.forget_recipes()
 
 
 def account(graph_key: str, inputs: Sequence[Any], kind: str, duration_us: int) -> bool:

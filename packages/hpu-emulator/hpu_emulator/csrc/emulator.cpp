@@ -89,8 +89,10 @@ inline uint64_t mix(uint64_t h, uint64_t v) {
   return h * 1099511628211ULL;
 }
 
-void trace_lazy(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                size_t begin, size_t count) {
+// The signature of one op as a recipe key: name, overload, and per argument its dtype,
+// sizes and strides (tensors) or its value (scalars, integer lists).
+uint64_t op_signature(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                      size_t begin, size_t count) {
   uint64_t h = std::hash<std::string>{}(schema.name());
   h = mix(h, std::hash<std::string>{}(schema.overload_name()));
   for (size_t i = 0; i < count; ++i) {
@@ -117,20 +119,56 @@ void trace_lazy(const c10::FunctionSchema& schema, const torch::jit::Stack& stac
       for (auto n : iv.toIntVector()) h = mix(h, static_cast<uint64_t>(n));
     }
   }
+  return h;
+}
+
+void trace_lazy(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                size_t begin, size_t count) {
+  uint64_t h = op_signature(schema, stack, begin, count);
   std::lock_guard<std::mutex> guard(g_lazy_mutex);
   g_lazy_hash = mix(g_lazy_hash, h);
   ++g_lazy_ops;
 }
 
+// A host read in lazy mode runs the graph accumulated so far (the bridge's
+// _local_scalar_dense and copies to the host call StepMarker): the graph is closed here and
+// handed to Python (lazy.py) with the next mark_step or counter read, which account it.
+std::vector<std::pair<uint64_t, uint64_t>> g_lazy_closed;
+
+void close_lazy_graph() {
+  if (!g_lazy_trace.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> guard(g_lazy_mutex);
+  if (g_lazy_ops == 0) return;
+  g_lazy_closed.emplace_back(g_lazy_hash, g_lazy_ops);
+  g_lazy_hash = kFnvOffset;
+  g_lazy_ops = 0;
+}
+
+// Eager mode: the bridge compiles a small recipe the first time it launches an op with a
+// new signature and finds it in its recipe cache after (not published as GRAPH_COMPILE:
+// synapse_helpers/graph.cpp emits that for non-eager graphs only). The emulator's own
+// counter of them (counters.py: eager_recipes), per process.
+std::atomic<bool> g_eager_recipes_on{false};
+std::atomic<uint64_t> g_eager_recipes{0};
+std::mutex g_eager_mutex;
+std::unordered_set<uint64_t> g_eager_signatures;
+
+void note_eager_recipe(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
+                       size_t begin, size_t count) {
+  if (schema.name() == "aten::_local_scalar_dense") return;  // a copy, not a kernel
+  uint64_t h = op_signature(schema, stack, begin, count);
+  std::lock_guard<std::mutex> guard(g_eager_mutex);
+  if (g_eager_signatures.insert(h).second) {
+    g_eager_recipes.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 [[noreturn]] void refuse_index(c10::DeviceIndex index) {
   TORCH_CHECK(
       index < 0 || index >= g_config.device_count,
-      // The real stack's text (gaudi-pytorch-bridge HPUGuardImpl / HPUDeviceAllocator): a
-      // process drives the one module it acquired, which is always hpu:0.
-      "habana active device: ", static_cast<int>(index),
-      " != 0 (a Gaudi process uses only the device it acquired, hpu:0; choose which module "
-      "that is with HABANA_VISIBLE_MODULES, HLS_MODULE_ID or torch.hpu.set_device before the "
-      "first HPU tensor, and run one process per device)");
+      // The real stack's text, word for word (gaudi-pytorch-bridge HPUGuardImpl): a process
+      // drives the one module it acquired, always hpu:0. What to do is the plugin's note.
+      "habana active device: ", static_cast<int>(index), " != 0");
   TORCH_CHECK(
       false, "Invalid device hpu:", static_cast<int>(index), ": the process sees ",
       g_config.device_count,
@@ -698,6 +736,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     }
   } else if (src.is_hpu()) {
     g_copies_d2h.fetch_add(1, std::memory_order_relaxed);  // the host waits for the device
+    close_lazy_graph();
   }
   if (self.scalar_type() == at::kBool && src.scalar_type() == at::kBool) {
     // As the bridge's copies (a DMA of the bytes): a bool byte other than 0 or 1 (a uint8
@@ -1422,6 +1461,10 @@ void fallback(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
   g_fallback_calls.fetch_add(1, std::memory_order_relaxed);
   if (C10_LIKELY(t_launch_depth == 0)) {
     g_eager_ops.fetch_add(1, std::memory_order_relaxed);
+    if (g_eager_recipes_on.load(std::memory_order_relaxed)) {
+      const auto count = op.schema().arguments().size();
+      note_eager_recipe(op.schema(), *stack, stack->size() - count, count);
+    }
   } else {
     g_inner_ops.fetch_add(1, std::memory_order_relaxed);
   }
@@ -1535,6 +1578,7 @@ void masked_fill_(const c10::OperatorHandle& op, c10::DispatchKeySet ks,
 void local_scalar_dense(const c10::OperatorHandle& op, c10::DispatchKeySet /*ks*/,
                         torch::jit::Stack* stack) {
   g_scalar_reads.fetch_add(1, std::memory_order_relaxed);
+  close_lazy_graph();
   run_on_cpu(op, stack);
 }
 
@@ -1938,7 +1982,19 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         {"copies_d2d", hpu_emu::g_copies_d2d.load()},
         {"copies_h2d", hpu_emu::g_copies_h2d.load()},
         {"copies_d2h", hpu_emu::g_copies_d2h.load()},
-        {"scalar_reads", hpu_emu::g_scalar_reads.load()}};
+        {"scalar_reads", hpu_emu::g_scalar_reads.load()},
+        {"eager_recipes", hpu_emu::g_eager_recipes.load()}};
+  });
+  m.def("eager_recipes", [](bool on) { hpu_emu::g_eager_recipes_on.store(on); });
+  m.def("eager_recipes_forget", [] {
+    std::lock_guard<std::mutex> guard(hpu_emu::g_eager_mutex);
+    hpu_emu::g_eager_signatures.clear();
+  });
+  m.def("lazy_take_closed", [] {
+    std::lock_guard<std::mutex> guard(hpu_emu::g_lazy_mutex);
+    std::vector<std::pair<uint64_t, uint64_t>> closed;
+    closed.swap(hpu_emu::g_lazy_closed);
+    return closed;
   });
   m.def("enter_launch", [] { ++hpu_emu::t_launch_depth; });
   m.def("leave_launch", [] {

@@ -27,6 +27,7 @@ from hpu_emulator.kernels import (
     attention,
     ctc,
     fp8,
+    fp8_attention,
     moe,
     normalization,
     optimizers,
@@ -199,12 +200,6 @@ def _fake_plain_index(self: torch.Tensor, indices: list[torch.Tensor]) -> torch.
     return torch.ops.aten.index.Tensor(self, list(indices))
 
 
-def _fake_moe_measurement(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
-                          router_weights: torch.Tensor, w1: list[torch.Tensor],
-                          *rest: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    return _like(hidden_states), torch.empty(len(w1), dtype=torch.float32)
-
-
 def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     to_fp8 = ("bool stochastic_rounding=False, bool is_amax=False, ScalarType dtype=None, "
               "int[]? scale_shape=None) -> (Tensor, Tensor)")
@@ -262,6 +257,67 @@ def _fp8_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
     ]
 
 
+def _given(scale: Any) -> bool:
+    """A scale the fp8 attention ops count as given (a tensor with values, or a nonzero
+    float of the ``.scalar`` form)."""
+    if isinstance(scale, torch.Tensor):
+        return scale.numel() > 0
+    return scale is not None and float(scale) != 0.0
+
+
+def _fake_fp8_sdpa_recomp_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any,
+                              p: float, scale: float, is_causal: bool,
+                              requires_backward: bool, softmax_mode: str, d_scale_q: Any,
+                              d_scale_k: Any, d_scale_v: Any, q_scale_s: Any, q_scale_o: Any,
+                              d_scale_s: Any, is_amax_s: bool, is_amax_o: bool,
+                              *rest: Any) -> tuple[torch.Tensor, ...]:
+    batch = _sdpa_batch(q, k, v)
+    out_dtype = fp8_attention.recomp_out_dtype(q.dtype, _given(q_scale_o))
+    out = _like(q, [*batch, q.shape[-2], v.shape[-1]], out_dtype)
+    seed = _like(q, [1], torch.int32)
+    amax = (_like(q, [1], torch.float32), _like(q, [1], torch.float32))
+    if not (requires_backward or is_amax_s or is_amax_o):
+        return (out, _like(q, [1]), _like(q, [1], torch.float32), seed, *amax)
+    stats = [*batch, q.shape[-2], 1]
+    e4m3 = q.dtype == torch.float8_e4m3fn
+    fast_bf16 = softmax_mode.lower() == "fast" and q.dtype == torch.bfloat16
+    return (out, _like(q, stats, torch.bfloat16 if e4m3 else q.dtype),
+            _like(q, stats, torch.bfloat16 if (e4m3 or fast_bf16) else torch.float32), seed,
+            *amax)
+
+
+def _fake_fp8_sdpa_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Any, p: float,
+                       scale: float, is_causal: bool, softmax_mode: str, d_scale_q: Any,
+                       d_scale_k: Any, d_scale_v: Any, q_scale_s: Any, q_scale_o: Any,
+                       *rest: Any) -> tuple[torch.Tensor, ...]:
+    batch = _sdpa_batch(q, k, v)
+    out_dtype = fp8_attention.plain_out_dtype(q.dtype, _given(q_scale_o))
+    return (_like(q, [*batch, q.shape[-2], v.shape[-1]], out_dtype),
+            _like(q, [*batch, q.shape[-2], k.shape[-2]]), _like(q, [1], torch.int8),
+            _like(q, [1], torch.float32))
+
+
+def _fp8_attention_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    """The bridge's fp8 fused attention schemas (``eager_custom_op_register.cpp``)."""
+    head = ("(Tensor q, Tensor k, Tensor v, Tensor? attention_mask, float p, float scale, "
+            "bool is_causal, ")
+    tensors = ("Tensor? d_scale_q, Tensor? d_scale_k, Tensor? d_scale_v, Tensor? q_scale_s, "
+               "Tensor? q_scale_o, Tensor? d_scale_s, ")
+    floats = ("float d_scale_q, float d_scale_k, float d_scale_v, float q_scale_s, "
+              "float q_scale_o, float d_scale_s, ")
+    tail = "Tensor? valid_seq_len, str seq_padding_type) -> "
+    recomp = ("bool requires_backward, str softmax_mode, {scales}bool is_amax_s, "
+              "bool is_amax_0, " + tail + "(Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)")
+    return [
+        ("fp8_sdpa_recomp_fwd" + head + recomp.format(scales=tensors),
+         fp8_attention.fp8_sdpa_recomp_fwd, _fake_fp8_sdpa_recomp_fwd),
+        ("fp8_sdpa_recomp_fwd.scalar" + head + recomp.format(scales=floats),
+         fp8_attention.fp8_sdpa_recomp_fwd_scalar, _fake_fp8_sdpa_recomp_fwd),
+        ("fp8_sdpa_fwd" + head + "str softmax_mode, " + tensors + "bool is_amax_s, " + tail
+         + "(Tensor, Tensor, Tensor, Tensor)", fp8_attention.fp8_sdpa_fwd, _fake_fp8_sdpa_fwd),
+    ]
+
+
 def _fake_ctc(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: torch.Tensor,
               target_lengths: torch.Tensor, blank: int, reduction: int, zero_infinity: bool
               ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -272,10 +328,40 @@ def _fake_ctc(log_probs: torch.Tensor, targets: torch.Tensor, input_lengths: tor
     return loss, _like(log_probs, [batch, steps, 2 * longest + 1])
 
 
+def _fake_moe_measurement(hidden_states: torch.Tensor, table: torch.Tensor,
+                          weights: torch.Tensor, w1: list[torch.Tensor], *rest: Any
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    # the bridge's eager reference makes the maxima a CPU tensor (torch::zeros without a device)
+    return _like(hidden_states), torch.empty(len(w1), dtype=torch.float32, device="cpu")
+
+
+def _lazy() -> bool:
+    """The rule of the bridge's ``utils.internal.is_lazy``, which FusedAdamW and DeepSpeed
+    ask: the bridge loads one library per mode, with the ops of that mode."""
+    return os.environ.get("PT_HPU_LAZY_MODE", "1") != "0"
+
+
+def _eager_only_ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
+    """Ops the bridge v1.19.0 registers in its eager library only (eager_custom_op_register.cpp;
+    kernels_register.cpp, the lazy one, has neither)."""
+    if _lazy():
+        return []
+    moe_head = ("(Tensor hidden_states, Tensor expert_routing_table, Tensor router_weights, "
+                "{weights}, bool permuted_weights, str activation, int experts_min, "
+                "int experts_max, bool measurement_mode) -> (Tensor, Tensor)")
+    return [
+        ("mixture_of_experts.fp8_measurement" + moe_head.format(
+            weights="Tensor[] w1, Tensor[] w2, Tensor[] w3"),
+         moe.mixture_of_experts_measured, _fake_moe_measurement),
+        ("mixture_of_experts.fp8_measurement_fused_weights" + moe_head.format(
+            weights="Tensor[] w12, Tensor[] w3"),
+         moe.mixture_of_experts_fused_measured, _fake_moe_measurement),
+    ]
+
+
 def _adamw_pair() -> tuple[str, Callable[..., None]]:
     """The schema of the mode this process runs in (the bridge loads one library per mode)."""
-    # The rule of the bridge's ``utils.internal.is_lazy``, which FusedAdamW and DeepSpeed ask.
-    if os.environ.get("PT_HPU_LAZY_MODE", "1") != "0":
+    if _lazy():
         return optimizers.ADAMW_LAZY, optimizers.optimizer_adamw_lazy
     return optimizers.ADAMW_EAGER, optimizers.optimizer_adamw_eager
 
@@ -337,19 +423,11 @@ def _ops() -> list[tuple[str, Callable[..., Any], Callable[..., Any]]]:
          "Tensor input_lengths, Tensor target_lengths, Tensor neg_log_likelihood, "
          "Tensor log_alpha, int blank, int reduction, bool zero_infinity) -> Tensor",
          ctc.ctc_loss_custom_backward, _fake_first_arg_of(1)),
-        ("mixture_of_experts.fp8_measurement(Tensor hidden_states, "
-         "Tensor expert_routing_table, Tensor router_weights, Tensor[] w1, Tensor[] w2, "
-         "Tensor[] w3, bool permuted_weights, str activation, int experts_min, "
-         "int experts_max, bool measurement_mode) -> (Tensor, Tensor)",
-         moe.mixture_of_experts_measured, _fake_moe_measurement),
-        ("mixture_of_experts.fp8_measurement_fused_weights(Tensor hidden_states, "
-         "Tensor expert_routing_table, Tensor router_weights, Tensor[] w12, Tensor[] w3, "
-         "bool permuted_weights, str activation, int experts_min, int experts_max, "
-         "bool measurement_mode) -> (Tensor, Tensor)",
-         moe.mixture_of_experts_fused_measured, _fake_moe_measurement),
         *_fp8_ops(),
         *_softmax_ops(),
         *_tensor_ops(),
+        *_fp8_attention_ops(),
+        *_eager_only_ops(),
     ]
 
 

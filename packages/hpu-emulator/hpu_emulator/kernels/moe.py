@@ -3,9 +3,9 @@
 Semantics of the bridge's own eager reference (``mixture_of_experts_common`` in
 ``eager_custom_op_register.cpp``), which optimum-habana's Mixtral, Qwen-MoE and DeepSeek
 layers call: for every expert ``e`` (the index into ``w1``/``w2``/``w3``), ``h = act(x @ W1)
-* (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to the
-experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True`` means
-the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
+* (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to
+the experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True``
+means the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
 ``relu`` or ``silu``. ``experts_min``/``experts_max`` only steer the hardware kernel (the
 bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
 concatenated (on dim 0 when permuted, else dim 1). ``router_weights`` must have
@@ -16,7 +16,8 @@ one by the other requires. As there, every product is taken in ``hidden_states``
 The ``.fp8_measurement`` overloads (the same with a trailing ``measurement_mode``) also
 return, for each expert, the largest value of ``act(x @ W1) * (x @ W2)`` over all tokens,
 routed or not, as a float32 tensor on the host: the bridge's eager kernel fills a CPU tensor
-(``torch::zeros({num_experts}, kFloat32)``).
+(``torch::zeros({num_experts}, kFloat32)``). The bridge v1.19.0 registers them in its
+eager library only (its lazy library declares the two forms above), and so does the emulator.
 """
 
 from __future__ import annotations
