@@ -182,3 +182,34 @@ def test_rng_and_flags_as_the_bridge_keeps_them(run):
     assert r == {"other_device": "hpu get_rng_state supports only device 0", "seed": True,
                  "manual_seed": True, "torch_seed": True, "fork_rng": [True, True],
                  "int64_flag": True, "unset_flag": False, "set": "all", "restored": ""}, r
+
+
+def test_a_lazy_index_copy_reads_its_source_before_writing(run):
+    """A KV cache updated from its own rows: the bridge's lazy graph reads the source before
+    it writes (its lazy pass ``replace_inplace_ops`` makes the write a copy of an out-of-place
+    result; the bridge's lazy ``test_kvcache_inplace``), where torch's CPU kernel refuses the
+    overlap. In eager mode the bridge's kernel states no order for an overlap, and the
+    emulator keeps torch's refusal rather than guess one."""
+    code = """
+        import json, torch
+        y = torch.arange(8.0).reshape(4, 2)
+        h = y.to("hpu")
+        try:
+            h.index_copy_(0, torch.tensor([1, 2], device="hpu"), h[0:2])
+            out = h.cpu().tolist()
+        except RuntimeError as exc:
+            out = str(exc).splitlines()[0]
+        print("RESULT" + json.dumps(out))
+        """
+    lazy = result_of(run(code, {"PT_HPU_LAZY_MODE": "1"}).stdout)
+    want = torch_index_copy_of_a_copy()
+    assert lazy == want, lazy
+    eager = result_of(run(code, {"PT_HPU_LAZY_MODE": "0"}).stdout)
+    assert isinstance(eager, str) and "single memory location" in eager, eager
+
+
+def torch_index_copy_of_a_copy() -> list[list[float]]:
+    import torch
+
+    y = torch.arange(8.0).reshape(4, 2)
+    return y.index_copy(0, torch.tensor([1, 2]), y[0:2].clone()).tolist()

@@ -26,6 +26,11 @@ memory; it returns the op's results, or ``NotImplemented`` to let the refusal st
   dtype (the constant cast to it, so truncated for integers); its ``FusedNativeDropout``
   (``fused_dropout_gen.cpp``) takes ``p`` as the dropout ratio, as for ``native_dropout``,
   and returns the scaled result with an int8 mask, drawn from the device's generator.
+- ``index_copy_`` in lazy mode whose source overlaps its destination (a KV cache updated
+  from its own rows): torch's CPU kernel refuses the overlap; the bridge's lazy graph reads
+  the source before it writes (``habana_lazy/passes/replace_inplace_ops.cpp``; its lazy
+  ``test_kvcache_inplace``), so the source is copied first. The eager kernel states no order
+  for an overlap: eager mode keeps torch's refusal.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ _ROUNDING = tuple(f"{name}{suffix}" for name in ("trunc", "floor", "ceil")
 _ADD_RELU = ("_add_relu.Tensor", "_add_relu_.Tensor", "_add_relu.out", "_add_relu.Scalar",
              "_add_relu_.Scalar")
 OPS = (*_LERP, *_ROUNDING, "uniform_", "take", "take.out", *_ADD_RELU, "_masked_scale",
-       "_fused_dropout")
+       "_fused_dropout", "index_copy_")
 
 
 def _written(name: str, overload: str, args: tuple[Any, ...]) -> torch.Tensor | None:
@@ -125,6 +130,16 @@ def _fused_dropout(args: tuple[Any, ...]) -> Any:
     return (self * keep.to(self.dtype) * scale).to(self.dtype), keep.to(torch.int8)
 
 
+def _index_copy_overlapping(args: tuple[Any, ...]) -> Any:
+    from hpu_emulator import lazy
+
+    self, dim, index, source = args[:4]
+    if not lazy.is_lazy() or (self.untyped_storage().data_ptr()
+                              != source.untyped_storage().data_ptr()):
+        return NotImplemented
+    return self.index_copy_(dim, index, source.clone())
+
+
 def handle(name: str, overload: str, args: tuple[Any, ...]) -> Any:
     """The results of ``name.overload`` on ``args`` (CPU tensors over device memory), or
     ``NotImplemented`` when the CPU kernel's refusal should stand."""
@@ -143,6 +158,8 @@ def handle(name: str, overload: str, args: tuple[Any, ...]) -> Any:
         return _masked_scale(args)
     if base == "_fused_dropout":
         return _fused_dropout(args)
+    if base == "index_copy_":
+        return _index_copy_overlapping(args)
     return NotImplemented
 
 
