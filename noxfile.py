@@ -106,7 +106,10 @@ def _run_entry(session: nox.Session, requirements: Path) -> None:
     start = time.monotonic()
     session.run("python", "-m", "hpu_emulator", "build")
     seconds["build"] = round(time.monotonic() - start)
-    versions = json.loads(session.run("python", "-c", VERSIONS, silent=True).strip())
+    printed = session.run("python", "-c", VERSIONS, silent=True)
+    if printed is None:  # `nox --install-only`: the environment is ready, nothing ran
+        return
+    versions = json.loads(printed.strip())
     junit = Path(session.create_tmp()) / "junit.xml"
     start = time.monotonic()
     # Exit code 1 (tests failed) is recorded like a pass; anything else (pytest could not
