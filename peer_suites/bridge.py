@@ -84,9 +84,6 @@ OUTSIDE_CLAIM: tuple[tuple[str, str], ...] = (
     (r"CompileModeError",
      "plugin: refuses torch.compile when called in lazy mode, which the bridge allows at "
      "decoration (the file decorates a function with it at import)"),
-    (r"test_hpu_median\.py::.*cast Long to Int",
-     "plugin: its int64 rule keeps int64 off the device in lazy mode, where the bridge's "
-     "common/lazy/utils.cpp follows PT_ENABLE_INT64_SUPPORT"),
     # facts only a real device has
     (r"DefaultCPUAllocator: can't allocate memory",
      "device fact: tensors of tens of GB (a Gaudi 2 has 96 GB; the run has 12 GiB)"),

@@ -4,9 +4,10 @@
 - fp16: not on first-generation Gaudi (Transformers ``is_torch_fp16_available_on_device``
   and Accelerate ``is_fp16_available`` both return False on Gaudi1).
 - fp8: Gaudi2 and later (Accelerate falls back from fp8 to bf16 with a warning on Gaudi1).
-- int64 on the device: Gaudi2 and later, in eager mode, with ``PT_ENABLE_INT64_SUPPORT`` on
-  (bridge ``env_flags.yaml`` and ``common/eager/utils.cpp:IsInt64Supported``); otherwise
-  int64 tensors are cast to int32 on the device.
+- int64 on the device: Gaudi2 and later, as ``PT_ENABLE_INT64_SUPPORT`` says; unset, on in
+  eager mode and off in lazy mode (the bridge's ``IsInt64Supported``: ``common/eager/utils.cpp``
+  defaults to on, ``common/lazy/utils.cpp`` reads the switch alone); otherwise int64 tensors
+  are cast to int32 on the device.
 - bitsandbytes: Gaudi2 and later.
 - fp8 E4M3 range: Gaudi2 saturates at +-240, later generations at torch's ``float8_e4m3fn``
   limit, 448 (the bridge's own ``cast_to_fp8_v2`` out-of-range test expects exactly that).
@@ -107,12 +108,13 @@ def check_dtype(generation: Generation, dtype: str, variable: str = "mixed_preci
 
 
 def int64_on_device(generation: Generation, environ: Mapping[str, str]) -> bool:
-    """Whether int64 stays int64 on the device, as the Gaudi software decides it: Gaudi2+,
-    eager mode, and ``PT_ENABLE_INT64_SUPPORT`` on (its default in eager mode). Raises
-    :class:`GaudiConfigError` for a switch value the Gaudi software would misread."""
+    """Whether int64 stays int64 on the device, as the Gaudi software decides it: Gaudi2+
+    and ``PT_ENABLE_INT64_SUPPORT`` on, which unset means on in eager mode and off in lazy
+    mode. Raises :class:`GaudiConfigError` for a switch value the Gaudi software would
+    misread."""
     enabled = parse_int64_support(environ.get(INT64))
     lazy = parse_lazy_mode(environ.get(LAZY_MODE))
-    return generation.int64 and not lazy and enabled is not False
+    return generation.int64 and (not lazy if enabled is None else enabled)
 
 
 def int64_findings(generation: Generation | None, environ: Mapping[str, str]) -> list[Finding]:
@@ -137,14 +139,14 @@ def int64_findings(generation: Generation | None, environ: Mapping[str, str]) ->
                 raw,
             )
         )
-    elif lazy and enabled:
+    elif lazy and enabled is None:
         findings.append(
             Finding(
                 "int64",
                 "warning",
-                f"{INT64}={raw} has no effect in lazy mode: int64 on the device "
-                "is an eager-mode feature",
-                f"set {LAZY_MODE}=0",
+                f"{INT64} is unset in lazy mode, where it defaults to off: int64 token ids "
+                "are cast to int32 on the device",
+                f"set {INT64}=1",
                 INT64,
                 raw,
             )

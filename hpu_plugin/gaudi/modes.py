@@ -3,7 +3,8 @@
 Eager (``PT_HPU_LAZY_MODE=0``) runs ops as they come and is the only mode with
 ``torch.compile``: the Gaudi support matrix lists ``hpu_backend`` and ``eager`` as
 supported in eager mode and nothing in lazy mode. Lazy mode accumulates a graph until
-``mark_step`` and keeps int64 off (``generations.int64_on_device`` has that rule).
+``mark_step``; int64 stays int64 there only with ``PT_ENABLE_INT64_SUPPORT=1``
+(``generations.int64_on_device`` has that rule).
 """
 
 from __future__ import annotations

@@ -115,8 +115,8 @@ def test_int64_and_fp16_support_follow_mode_and_generation():
     assert not read().int64_supported  # lazy mode is the stack's default
     assert not read(PT_HPU_LAZY_MODE="0", PT_ENABLE_INT64_SUPPORT="0").int64_supported
     assert read(PT_HPU_LAZY_MODE="0", PT_ENABLE_INT64_SUPPORT="1").int64_supported
-    # int64 on the device is an eager-mode feature: the switch does nothing in lazy mode
-    assert not read(PT_ENABLE_INT64_SUPPORT="1").int64_supported
+    # in lazy mode the switch alone decides, off when unset (common/lazy/utils.cpp)
+    assert read(PT_ENABLE_INT64_SUPPORT="1").int64_supported
     gaudi1 = read(HPU_PLUGIN_EMULATE="gaudi", PT_ENABLE_INT64_SUPPORT="1")
     assert not gaudi1.int64_supported
     assert not gaudi1.fp16_supported

@@ -75,7 +75,8 @@ def test_check_dtype(generation, dtype, ok):
         (GAUDI2, {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "1"}, "ok", "stays int64"),
         (GAUDI3, {"PT_HPU_LAZY_MODE": "0"}, "ok", "stays int64"),  # eager default is on
         (GAUDI, {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "1"}, "warning", "no int64"),
-        (GAUDI2, {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"}, "warning", "lazy mode"),
+        (GAUDI2, {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"}, "ok", "stays int64"),
+        (GAUDI2, {"PT_HPU_LAZY_MODE": "1"}, "warning", "defaults to off"),
         (
             GAUDI2,
             {"PT_HPU_LAZY_MODE": "0", "PT_ENABLE_INT64_SUPPORT": "0"},
@@ -145,9 +146,10 @@ def test_compile_needs_eager_mode():
             modes.check_compile(environ)
         assert "PT_HPU_LAZY_MODE" in str(info.value) and "set PT_HPU_LAZY_MODE=0" in str(info.value)
     assert modes.mode({"PT_HPU_LAZY_MODE": "0"}).compile_backends == ("hpu_backend", "eager")
-    # lazy mode keeps int64 off even where the generation has it and the switch is on
+    # in lazy mode the switch decides, off when unset (the bridge's common/lazy/utils.cpp)
     lazy = {"PT_HPU_LAZY_MODE": "1", "PT_ENABLE_INT64_SUPPORT": "1"}
-    assert not generations.int64_on_device(generations.GAUDI2, lazy)
+    assert generations.int64_on_device(generations.GAUDI2, lazy)
+    assert not generations.int64_on_device(generations.GAUDI2, {"PT_HPU_LAZY_MODE": "1"})
 
 
 def test_defaults_never_override_the_user():

@@ -15,8 +15,8 @@ In eager mode the runtime instead notes each op's signature, so that the counter
 how many eager recipes the bridge would compile (:func:`start`).
 
 ``torch.compile`` stays refused in lazy mode (``hpu_plugin.gaudi.modes``), and int64 stays
-off the device (``generations.int64_on_device``): both are the plugin's rules, applied as
-they are on hardware.
+int64 on the device only with ``PT_ENABLE_INT64_SUPPORT=1`` (``generations.int64_on_device``,
+the bridge's lazy ``IsInt64Supported``), as on hardware.
 """
 
 from __future__ import annotations
