@@ -8,6 +8,7 @@ test plugin.
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import types
 
@@ -40,6 +41,27 @@ def fp8_installed(installed):
     assert auto.AUTO_QUANTIZER_MAPPING["gaudi_fp8"] is transformers_fp8.quantizer_class()
     assert patching.is_ours(transformers.modeling_utils.get_hf_quantizer)
     return installed
+
+
+@pytest.fixture
+def fp8_with_inc(fp8_installed):
+    """The adapter with Neural Compressor present, which its quantizer runs (Intel's Gaudi
+    images carry it; a plain pip environment may not)."""
+    if importlib.util.find_spec("neural_compressor") is None:
+        pytest.skip("Neural Compressor is not installed here: the quantizer refuses, naming "
+                    "the install (test_without_neural_compressor_the_quantizer_names_it)")
+    return fp8_installed
+
+
+def test_without_neural_compressor_the_quantizer_names_it(fp8_installed, tmp_path):
+    from transformers.quantizers import auto
+
+    if importlib.util.find_spec("neural_compressor") is not None:
+        pytest.skip("Neural Compressor is installed here")
+    config = transformers_fp8.config_class()(str(tmp_path / "measure"), mode="measure")
+    quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
+    with pytest.raises(ImportError, match=r"pip install 'neural-compressor\[pt\]'"):
+        quantizer.validate_environment(device_map=None)
 
 
 def test_the_method_is_registered_and_undone(fp8_installed):
@@ -85,7 +107,7 @@ def test_the_quantizer_places_through_the_hook(fp8_installed, answers):
     assert quantizer.update_device_map(None) is None
 
 
-def test_quantize_mode_without_a_measurement_is_refused(fp8_installed, tmp_path):
+def test_quantize_mode_without_a_measurement_is_refused(fp8_with_inc, tmp_path):
     from transformers.quantizers import auto
 
     config = transformers_fp8.config_class()(str(tmp_path / "measure"), mode="quantize")
@@ -125,7 +147,7 @@ def test_the_switch_gives_a_config_only_where_the_user_gave_none(fp8_installed):
         assert transformers_fp8.switch_config(_config(), None, on_hpu, SWITCH) is not None
 
 
-def test_get_hf_quantizer_follows_the_switch(fp8_installed, monkeypatch):
+def test_get_hf_quantizer_follows_the_switch(fp8_with_inc, monkeypatch):
     from transformers import LlamaConfig, modeling_utils
 
     monkeypatch.setenv("HPU_PLUGIN_FP8", "measure")
