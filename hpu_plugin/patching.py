@@ -18,12 +18,9 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hpu_plugin.reporting import say_once
-
-if TYPE_CHECKING:
-    from hpu_plugin.registry import Registry
 
 _MISSING = object()
 
@@ -242,7 +239,8 @@ class Activation:
     def __init__(self) -> None:
         self.environment, self.emulator, self.search_path = Patches(), Patches(), Patches()
         self.hosts, self.gpu_migration = Patches(), Patches()
-        self.registry: Registry | None = None
+        # a registry.Registry; typed loosely because registry imports this module
+        self.registry: Any = None
         self.lock = threading.RLock()  # re-entrant: see registry.get_registry
         self.stayed_out: dict[str, str] = {}
         self.summary: Callable[[], dict[str, str]] | None = None
