@@ -77,6 +77,10 @@ OUTSIDE_CLAIM: tuple[tuple[str, str], ...] = (
     (r"test_hpu_add_sub_rsub\.py::.*: assert False",
      "test environment: torch 2.13's AOT autograd drops a symbolic float alpha (aot_eager on "
      "the CPU gives the same wrong sum)"),
+    (r"test_hpu_ctx_manager\.py::.*Scalars are not equal",
+     "test environment: the count of graph nodes for streams and events is torch's: torch 2.13 "
+     "records each stream and event call as a node (for the same functions on CUDA its own "
+     "test_ctx_manager.py counts 9 and 15, as here; the bridge's counts follow torch 2.5)"),
     (r"test_hpu_rng_state\.py::test_fork_rng",
      "test environment: fork_rng forks every visible device's RNG, which the bridge keeps for "
      "device 0 only; the test needs a machine with one visible Gaudi"),
@@ -97,7 +101,7 @@ OUTSIDE_CLAIM: tuple[tuple[str, str], ...] = (
      "shape; README: eager ops compile nothing here)"),
     (r"were not found in the JIT IR graph|aten\.randint\.low' in|aten\.linear' in"
      r"|torch\.as_strided'|Compilation stat dumps not present|partitions are merged"
-     r"|reuse a N MB bwd input",
+     r"|reuse a N MB bwd input|test_fuse_collectives\.py::test_collective_block_fuse",
      "not modelled: the bridge's compile passes, decompositions and recipe statistics "
      "(README: hpu_backend is aot_eager)"),
 )

@@ -93,6 +93,70 @@ def test_hpu_streams_take_hpu_events_as_the_bridges_do(run):
     assert out.stdout.split() == ["Event", "Stream", "True"]
 
 
+def test_dynamo_traces_hpu_streams_and_events_as_cudas(run):
+    """Importing the bridge gives dynamo a device interface for ``hpu``
+    (``habana_frameworks/torch/dynamo/__init__.py``) and its ``torch.hpu.Event`` is a
+    ``torch.Event``, so a compiled function with streams and events is one graph, with the
+    stream calls as nodes: for the functions of torch's own ``test_ctx_manager.py`` with
+    ``cuda`` put as ``hpu``, the node counts its CUDA tests expect (9 and 15)."""
+    out = run("""
+        import torch, torch._dynamo.testing
+        from torch._dynamo.device_interface import get_interface_for_device
+
+        def context(x):
+            s = torch.hpu.Stream()
+            x = torch.add(torch.mul(x, 5), 2)
+            current = torch.hpu.current_stream()
+            s.wait_stream(current)
+            with torch.hpu.stream(s):
+                x = torch.relu(x)
+            current.wait_stream(s)
+            return torch.cos(torch.add(x, 1))
+
+        def methods(x):
+            x = torch.add(torch.mul(x, 1), 2)
+            new, current = torch.hpu.Stream(), torch.hpu.current_stream()
+            new.wait_stream(current)
+            with torch.hpu.stream(new):
+                x = torch.add(torch.sin(x), 3)
+            current.wait_stream(new)
+            x = torch.add(x, 4)
+            current.query()
+            current.synchronize()
+            with torch.hpu.stream(new):
+                x = torch.add(x, 5)
+            new.synchronize()
+            return torch.cos(torch.relu(x))
+
+        def events(x):
+            current, new = torch.hpu.current_stream(), torch.hpu.Stream()
+            event = current.record_event()
+            new.wait_event(event)
+            with torch.hpu.stream(new):
+                x = torch.add(x, 4)
+            done = torch.hpu.Event()
+            done.record(new)
+            done.wait(current)
+            done.synchronize()
+            return torch.cos(x)
+
+        interface = get_interface_for_device("hpu")
+        assert interface.Event is torch.hpu.Event and issubclass(torch.hpu.Event, torch.Event)
+        x = torch.randn(2, 2, device="hpu")
+        for fn in (context, methods, events):
+            torch._dynamo.reset()
+            counter = torch._dynamo.testing.CompileCounter()
+            got = torch.compile(fn, backend=counter, fullgraph=True)(x)
+            assert torch.equal(got.cpu(), fn(x).cpu()), fn.__name__
+            print(fn.__name__, counter.frame_count, counter.op_count)
+        print("hpu_backend", torch.equal(torch.compile(events, backend="hpu_backend")(x).cpu(),
+                                         events(x).cpu()))
+    """)
+    lines = out.stdout.strip().splitlines()
+    assert lines[:2] == ["context 1 9", "methods 1 15"], lines
+    assert lines[2].startswith("events 1 ") and lines[3] == "hpu_backend True", lines
+
+
 def test_hpu_streams_are_distinct_and_the_current_one_is_per_thread_as_the_bridges(run):
     # the bridge's eager/test_hpu_streams.py and HPUStream.cpp: a new stream has an id of its
     # own, the default stream is id 0 and current until set, the stream context sets and

@@ -60,8 +60,87 @@ def register(registry: ModuleType) -> None:
         registry.register_backend(name="hpu_backend")(hpu_backend)
 
 
+#: The ``torch.hpu`` functions dynamo folds to constants, as the bridge's
+#: ``habana_frameworks.torch.dynamo.trace_rules`` lists them. The stream functions are traced
+#: into: inside a trace they hand over to ``torch.accelerator``'s, which dynamo models.
+IN_GRAPH = ("is_available", "current_device", "device_count")
+CONSTANT_FOLDED = ("is_available", "current_device")
+
+
+def register_device_interface(device_interface: ModuleType) -> None:
+    """Give dynamo a device interface for ``hpu`` (and ``hpu:0``, the one index), as importing
+    the bridge's ``habana_frameworks.torch.dynamo`` does: through it dynamo traces
+    ``torch.hpu.Stream``, ``Event`` and the ``with torch.hpu.stream(s):`` context."""
+    import torch
+
+    hpu = torch.hpu
+
+    class HpuInterface(device_interface.DeviceInterface):  # type: ignore[misc, name-defined]
+        device = hpu.device
+        Event = hpu.Event
+        Stream = hpu.Stream
+
+        class Worker:
+            @staticmethod
+            def set_device(device: int) -> None:
+                """One device a process: nothing to remember."""
+
+            @staticmethod
+            def current_device() -> int:
+                return int(hpu.current_device())
+
+            @staticmethod
+            def get_device_properties(device: Any = None) -> Any:
+                return hpu.get_device_properties(device)
+
+        current_device = staticmethod(hpu.current_device)
+        set_device = staticmethod(hpu.set_device)
+        device_count = staticmethod(hpu.device_count)
+        stream = staticmethod(hpu.stream)
+        current_stream = staticmethod(hpu.current_stream)
+        set_stream = staticmethod(hpu.set_stream)
+        _set_stream_by_id = staticmethod(hpu._set_stream_by_id)
+        synchronize = staticmethod(hpu.synchronize)
+        get_device_properties = staticmethod(hpu.get_device_properties)
+        memory_allocated = staticmethod(hpu.memory_allocated)
+
+        @staticmethod
+        def get_raw_stream(device_index: int = 0) -> int:
+            return int(hpu.current_stream().stream_id)
+
+        @staticmethod
+        def is_available() -> bool:
+            return bool(hpu.is_available())
+
+        @staticmethod
+        def get_compute_capability(device: Any = None) -> Any:
+            return hpu.get_device_capability(device)
+
+    for name in ("hpu", "hpu:0"):
+        device_interface.register_interface_for_device(name, HpuInterface)
+
+
+def register_trace_rules(trace_rules: ModuleType) -> None:
+    """List ``IN_GRAPH`` with dynamo's rules for torch's own functions, by the bridge's names
+    (dynamo's variables, which the rules module imports first, are loaded by now)."""
+    import torch
+    from torch._dynamo.variables import torch as torch_variables
+
+    rule = trace_rules.TorchInGraphFunctionVariable
+    names = [f"habana_frameworks.torch.hpu.{n}" for n in IN_GRAPH if hasattr(torch.hpu, n)]
+    trace_rules.torch_name_rule_map.append(dict.fromkeys(names, rule))
+    trace_rules.get_torch_obj_rule_map.cache_clear()
+    for n in CONSTANT_FOLDED:
+        torch_variables.constant_fold_functions[getattr(torch.hpu, n)] = None
+
+
 def register_lazily() -> None:
-    """Add ``hpu_backend`` now if dynamo's registry is loaded, else once it has loaded."""
+    """Add ``hpu_backend``, the device interface and the trace rules now if dynamo has loaded
+    the module each goes in, else once it has."""
     from hpu_plugin import importhook
 
     importhook.when_imported(REGISTRY, register, owner="emulator")
+    importhook.when_imported("torch._dynamo.device_interface", register_device_interface,
+                             owner="emulator")
+    importhook.when_imported("torch._dynamo.trace_rules", register_trace_rules,
+                             owner="emulator")

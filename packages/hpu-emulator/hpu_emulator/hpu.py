@@ -277,32 +277,36 @@ class Stream(torch.Stream):
         return f"<torch.hpu.Stream device=hpu:{self.device_index} hpu_stream={self.stream_id:#x}>"
 
 
-class Event:
-    """As the bridge's ``torch.hpu.Event`` (its own class, not a ``torch.Event``): a marker
-    in a stream that ``elapsed_time`` measures between, in milliseconds. Work here is done
-    when its call returns, so an event is complete when recorded and its time is the host's
-    clock then. ``blocking`` and ``interprocess`` (``torch.cuda.Event``'s, under the GPU
-    Migration Toolkit) change nothing on one synchronous stream."""
+class Event(torch.Event):
+    """As the bridge's ``torch.hpu.Event``: a ``torch.Event`` of ``hpu`` (the bridge's derives
+    from torch's event base), so that dynamo traces it as an event and torch's streams take
+    it. ``record`` and ``wait`` default to the current stream. Work here is done when its call
+    returns, so an event is complete when recorded and its time is the host's clock then
+    (``elapsed_time`` in milliseconds). ``blocking`` and ``interprocess``
+    (``torch.cuda.Event``'s, under the GPU Migration Toolkit) change nothing on one
+    synchronous stream."""
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False,
-                 interprocess: bool = False) -> None:
-        self.enable_timing = enable_timing
-        self.device = torch.device("hpu", current_device())
-        self._recorded_ns: int | None = None
+    enable_timing: bool
+    _recorded_ns: int | None
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False) -> Event:
+        event = super().__new__(cls, device=torch.device("hpu", current_device()),
+                                enable_timing=enable_timing)
+        event.enable_timing = enable_timing
+        event._recorded_ns = None
+        return event
 
     def record(self, stream: Any = None) -> None:
+        super().record(current_stream() if stream is None else stream)
         self._recorded_ns = time.perf_counter_ns()
 
     def wait(self, stream: Any = None) -> None:
-        """Work on every stream is already past this event."""
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        """Complete when recorded."""
+        super().wait(current_stream() if stream is None else stream)
 
     def elapsed_time(self, end_event: Event) -> float:
+        """Milliseconds from this event's record to ``end_event``'s (torch's own method takes
+        no subclass of its event as the other one)."""
         if not isinstance(end_event, Event):
             raise TypeError(f"elapsed_time takes a torch.hpu.Event, got {type(end_event)!r}")
         if not (self.enable_timing and end_event.enable_timing):
@@ -313,16 +317,17 @@ class Event:
         return (end_event._recorded_ns - self._recorded_ns) / 1e6
 
     def __repr__(self) -> str:
-        state = "recorded" if self._recorded_ns is not None else "uninitialized"
-        return f"<torch.hpu.Event {state}>"
+        return f"<torch.hpu.Event device=hpu:{current_device()} event_id={self.event_id:#x}>"
 
 
 def current_stream(device: Any = None) -> Stream:
     """This thread's current stream (the default one until ``set_stream`` or ``stream``).
-    Inside a function dynamo traces, a stream object of the device: the current stream is the
-    runtime's host state, which a trace cannot read, and work on every stream is the same."""
+    Inside a function dynamo traces, torch's accelerator stream, which dynamo tracks as the
+    stream the graph's work is queued on (the bridge lists its own function with dynamo)."""
     if torch.compiler.is_compiling():
-        return Stream(device)
+        if device is None:
+            return torch.accelerator.current_stream()  # type: ignore[return-value]
+        return torch.accelerator.current_stream(device)  # type: ignore[return-value]
     return Stream(stream_id=_ext().current_stream(), device_index=_index(device))
 
 
