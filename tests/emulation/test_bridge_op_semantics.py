@@ -45,7 +45,8 @@ def test_ops_whose_cpu_kernel_refuses_what_the_bridge_takes(run):
     """Integer lerp is the bridge's sub, mult and add nodes in the dtype (lerp_gen.cpp); trunc
     of bool is identity (roundingfunc_gen.cpp); take takes int32 indices; integer uniform_
     draws integers in its bounds; bf16 _add_relu rounds each step as the bridge's op test's
-    reference does; convolution_overrideable is the bridge's convolution hook."""
+    reference does; convolution_overrideable is the bridge's convolution hook; bernoulli takes
+    any ``p`` (bernoulli_gen.cpp checks no range: below 0 draws 0, above 1 draws 1)."""
     done = run("""
         import json, torch
         torch.manual_seed(0)
@@ -75,6 +76,10 @@ def test_ops_whose_cpu_kernel_refuses_what_the_bridge_takes(run):
         conv = torch.ops.aten.convolution_overrideable(
             i.to("hpu"), w.to("hpu"), None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1).cpu()
         out["conv_overrideable"] = torch.allclose(conv, torch.nn.functional.conv2d(i, w))
+        p = torch.randn(2, 3, 4, 4)
+        coin = [torch.bernoulli(p.to(dt).to("hpu")).cpu() for dt in (torch.float16, torch.float)]
+        out["bernoulli_any_p"] = [bool((c[p < 0] == 0).all() and (c[p > 1] == 1).all())
+                                  for c in coin]
         u = torch.tensor([3, 1, 3, 2], device="hpu")
         _, inverse, counts = torch._unique2(u, sorted=True, return_inverse=False,
                                             return_counts=True)
@@ -85,7 +90,8 @@ def test_ops_whose_cpu_kernel_refuses_what_the_bridge_takes(run):
     r = result_of(done.stdout)
     assert r == {"lerp": [True, True], "trunc_bool": True, "take_int32": True,
                  "uniform_int": [True, True, True], "add_relu": [True, True],
-                 "conv_overrideable": True, "unique_unasked": [True, [1, 1, 2], True]}, r
+                 "conv_overrideable": True, "bernoulli_any_p": [True, True],
+                 "unique_unasked": [True, [1, 1, 2], True]}, r
 
 
 def test_fp8_casts_moe_and_quantize_follow_the_bridge(run):
@@ -182,6 +188,37 @@ def test_rng_and_flags_as_the_bridge_keeps_them(run):
     assert r == {"other_device": "hpu get_rng_state supports only device 0", "seed": True,
                  "manual_seed": True, "torch_seed": True, "fork_rng": [True, True],
                  "int64_flag": True, "unset_flag": False, "set": "all", "restored": ""}, r
+
+
+def test_each_random_op_seeds_its_kernel_with_one_draw_of_the_generator(run):
+    """The bridge's HPU generator is a mt19937 (backend/random.cpp): after one seed its state
+    equals the CPU's (its own ``test_hpu_rng_state``), and each random op takes one 32-bit
+    number from it to seed the device kernel (``get_seed_hpu``). So the device's values are
+    another stream than the CPU's for the same seed (probabilities drawn on the CPU and then
+    drawn against on ``hpu`` are not compared with themselves), the state moves by one draw
+    an op, and the same seed gives the same values again."""
+    done = run("""
+        import json, torch
+        out = {}
+        torch.manual_seed(1234)
+        out["state_as_cpu"] = torch.equal(torch.hpu.get_rng_state(), torch.get_rng_state())
+        out["initial_seed"] = torch.hpu.initial_seed()
+        p = torch.rand(2000)
+        draws = torch.bernoulli(p.to("hpu")).cpu()
+        out["bernoulli_mean"] = round(float(draws.mean()), 1)
+        torch.manual_seed(1234)
+        on_hpu = torch.randn(1000, device="hpu").cpu()
+        out["another_stream"] = not torch.equal(on_hpu, torch.randn(1000))
+        one_draw = torch.Generator().manual_seed(1234)
+        torch.empty(1).uniform_(generator=one_draw)  # one 32-bit draw
+        out["one_draw_an_op"] = torch.equal(torch.hpu.get_rng_state(), one_draw.get_state())
+        torch.hpu.manual_seed(1234)
+        out["repeats"] = torch.equal(torch.randn(1000, device="hpu").cpu(), on_hpu)
+        print("RESULT" + json.dumps(out))
+        """, {"PT_HPU_LAZY_MODE": "0", "HPU_PLUGIN_EMULATE_DEVICES": "1"})
+    r = result_of(done.stdout)
+    assert r == {"state_as_cpu": True, "initial_seed": 1234, "bernoulli_mean": 0.5,
+                 "another_stream": True, "one_draw_an_op": True, "repeats": True}, r
 
 
 def test_a_lazy_index_copy_reads_its_source_before_writing(run):

@@ -26,6 +26,11 @@ memory; it returns the op's results, or ``NotImplemented`` to let the refusal st
   dtype (the constant cast to it, so truncated for integers); its ``FusedNativeDropout``
   (``fused_dropout_gen.cpp``) takes ``p`` as the dropout ratio, as for ``native_dropout``,
   and returns the scaled result with an int8 mask, drawn from the device's generator.
+- ``bernoulli`` with probabilities outside [0, 1]: the bridge checks no range
+  (``hpu_ops/backend/bernoulli_gen.cpp``) and its kernel compares a uniform draw with ``p``,
+  so a negative ``p`` gives 0 and one above 1 gives 1 (its compiled
+  ``test_op_bernoulli_half_static`` draws with ``p`` from ``randn``); drawn here with ``p``
+  clamped to [0, 1], the same distribution, from the same generator.
 - ``index_copy_`` in lazy mode whose source overlaps its destination (a KV cache updated
   from its own rows): torch's CPU kernel refuses the overlap; the bridge's lazy graph reads
   the source before it writes (``habana_lazy/passes/replace_inplace_ops.cpp``; its lazy
@@ -48,8 +53,9 @@ _ROUNDING = tuple(f"{name}{suffix}" for name in ("trunc", "floor", "ceil")
                   for suffix in ("", "_", ".out"))
 _ADD_RELU = ("_add_relu.Tensor", "_add_relu_.Tensor", "_add_relu.out", "_add_relu.Scalar",
              "_add_relu_.Scalar")
+_BERNOULLI = ("bernoulli", "bernoulli.p", "bernoulli_.Tensor", "bernoulli_.float")
 OPS = (*_LERP, *_ROUNDING, "uniform_", "take", "take.out", *_ADD_RELU, "_masked_scale",
-       "_fused_dropout", "index_copy_")
+       "_fused_dropout", *_BERNOULLI, "index_copy_")
 
 
 def _written(name: str, overload: str, args: tuple[Any, ...]) -> torch.Tensor | None:
@@ -130,6 +136,22 @@ def _fused_dropout(args: tuple[Any, ...]) -> Any:
     return (self * keep.to(self.dtype) * scale).to(self.dtype), keep.to(torch.int8)
 
 
+def _bernoulli(name: str, overload: str, args: tuple[Any, ...]) -> Any:
+    if name == "bernoulli" and overload == "":  # bernoulli(p, generator)
+        p, generator = args
+        if not p.is_floating_point():
+            return NotImplemented
+        return torch.bernoulli(p.clamp(0.0, 1.0), generator=generator)
+    self, p, generator = args
+    if isinstance(p, torch.Tensor):
+        p = p.clamp(0.0, 1.0)
+    else:
+        p = min(max(float(p), 0.0), 1.0)
+    if name == "bernoulli_":
+        return self.bernoulli_(p, generator=generator)
+    return torch.bernoulli(self, p, generator=generator)
+
+
 def _index_copy_overlapping(args: tuple[Any, ...]) -> Any:
     from hpu_emulator import lazy
 
@@ -158,6 +180,8 @@ def handle(name: str, overload: str, args: tuple[Any, ...]) -> Any:
         return _masked_scale(args)
     if base == "_fused_dropout":
         return _fused_dropout(args)
+    if base in ("bernoulli", "bernoulli_"):
+        return _bernoulli(base, overload, args)
     if base == "index_copy_":
         return _index_copy_overlapping(args)
     return NotImplemented

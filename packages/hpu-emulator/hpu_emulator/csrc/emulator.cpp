@@ -483,8 +483,20 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   return g_default_generators[index];
 }
 
+// The CPU generator one random op on hpu draws from. As the bridge
+// (backend/random.cpp, get_seed_hpu), the op takes one 32-bit number from the
+// HPU generator, a mt19937 whose state equals the CPU's after the same seed, and
+// seeds its kernel with it: the generator's state moves by one draw an op, and
+// the values drawn are another stream than the CPU's for the same seed.
 at::Generator cpu_generator_for(const at::Generator& gen) {
-  return static_cast<HPUGeneratorImpl*>(gen.unsafeGetGeneratorImpl())->inner;
+  auto* cpu = static_cast<HPUGeneratorImpl*>(gen.unsafeGetGeneratorImpl())
+                  ->inner.get<at::CPUGeneratorImpl>();
+  uint32_t seed = 0;
+  {
+    std::lock_guard<std::mutex> lock(cpu->mutex_);
+    seed = cpu->random();
+  }
+  return at::make_generator<at::CPUGeneratorImpl>(seed);
 }
 
 }  // namespace hpu_emu
