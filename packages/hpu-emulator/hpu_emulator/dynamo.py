@@ -60,9 +60,8 @@ def register(registry: ModuleType) -> None:
         registry.register_backend(name="hpu_backend")(hpu_backend)
 
 
-#: The ``torch.hpu`` functions dynamo folds to constants, as the bridge's
-#: ``habana_frameworks.torch.dynamo.trace_rules`` lists them. The stream functions are traced
-#: into: inside a trace they hand over to ``torch.accelerator``'s, which dynamo models.
+#: The ``torch.hpu`` functions dynamo records as calls in the graph or folds to constants,
+#: as the bridge's ``habana_frameworks.torch.dynamo.trace_rules`` lists them.
 IN_GRAPH = ("is_available", "current_device", "device_count")
 CONSTANT_FOLDED = ("is_available", "current_device")
 
@@ -127,11 +126,24 @@ def register_trace_rules(trace_rules: ModuleType) -> None:
     from torch._dynamo.variables import torch as torch_variables
 
     rule = trace_rules.TorchInGraphFunctionVariable
-    names = [f"habana_frameworks.torch.hpu.{n}" for n in IN_GRAPH if hasattr(torch.hpu, n)]
+    in_graph = IN_GRAPH if _streams_traced_symbolically() else (*IN_GRAPH, "current_stream")
+    names = [f"habana_frameworks.torch.hpu.{n}" for n in in_graph if hasattr(torch.hpu, n)]
     trace_rules.torch_name_rule_map.append(dict.fromkeys(names, rule))
     trace_rules.get_torch_obj_rule_map.cache_clear()
     for n in CONSTANT_FOLDED:
         torch_variables.constant_fold_functions[getattr(torch.hpu, n)] = None
+
+
+def _streams_traced_symbolically() -> bool:
+    """Whether this dynamo tracks the current stream itself (torch 2.11 and later): there
+    ``torch.hpu.current_stream`` is traced into and hands over to ``torch.accelerator``'s,
+    which dynamo models; before, dynamo turns a call of a device interface's
+    ``current_stream`` in the graph into a stream, as the bridge's rules list it."""
+    try:
+        from torch._dynamo.variables import streams
+    except ImportError:
+        return False
+    return hasattr(streams, "SymbolicStreamState")
 
 
 def register_lazily() -> None:
