@@ -4,7 +4,8 @@ Transformers' own ``GenerationTesterMixin`` is not in its sdist; this is the pro
 coverage of what a device backend must get right in ``generate``: greedy search, sampling
 with a seed, beam search, and the static cache. Each test builds the tester's model once,
 generates on CPU and on ``torch_device`` (``hpu`` in the hpu run) and requires equal tokens:
-the emulator runs CPU kernels, so anything else is a device-handling fault.
+the emulator runs CPU kernels, so anything else is a device-handling fault. Sampled tokens
+are the exception: the device draws from its own random stream.
 """
 
 from __future__ import annotations
@@ -55,8 +56,16 @@ class GenerationCoverageMixin:
     def test_greedy_tokens_equal_cpu(self) -> None:
         self._assert_same_tokens(do_sample=False)
 
-    def test_sample_with_seed_tokens_equal_cpu(self) -> None:
-        self._assert_same_tokens(do_sample=True, top_k=5, temperature=0.9)
+    def test_sample_with_seed_repeats_and_top1_equals_cpu(self) -> None:
+        # The device's generator is its own stream (on Gaudi as here), so sampled tokens are
+        # not the CPU's for the same seed: the same seed repeats them on the device, and
+        # sampling from one candidate gives the CPU's tokens.
+        model, prompt = self._generative_model()
+        sampled = [self._tokens_on(torch_device, model, prompt, do_sample=True, top_k=5,
+                                   temperature=0.9) for _ in range(2)]
+        assert sampled[0] == sampled[1]
+        reference = self._tokens_on("cpu", model, prompt, do_sample=True, top_k=1)
+        assert self._tokens_on(torch_device, model, prompt, do_sample=True, top_k=1) == reference
 
     def test_beam_search_tokens_equal_cpu(self) -> None:
         self._assert_same_tokens(do_sample=False, num_beams=3, num_return_sequences=1)
