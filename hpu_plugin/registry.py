@@ -32,29 +32,13 @@ import pluggy
 
 from hpu_plugin import hookspecs
 from hpu_plugin.guard import HOOK_NAMES, describe, guard, passes
-from hpu_plugin.loader import DIST_NAME, ENTRY_POINT_GROUP, PluginRecord, load_plugin, record_for
+from hpu_plugin.loader import PluginRecord, load_plugin, record_for
 from hpu_plugin.loader import discover as _discover
 from hpu_plugin.patching import this_process
 from hpu_plugin.reporting import Once
-from hpu_plugin.switches import (
-    DEFAULT_IMPORT_BUDGET,
-    ENV_DISABLE,
-    ENV_IMPORT_BUDGET,
-    ENV_NO_THIRD_PARTY,
-    ENV_ONLY,
-    NAME,
-    Selection,
-    disable_value,
-)
+from hpu_plugin.switches import ENV_DISABLE, ENV_IMPORT_BUDGET, NAME, Selection, disable_value
 
 log = logging.getLogger("hpu_plugin")
-
-__all__ = [
-    "DEFAULT_IMPORT_BUDGET", "DIST_NAME", "ENTRY_POINT_GROUP", "ENV_DISABLE",
-    "ENV_IMPORT_BUDGET", "ENV_NO_THIRD_PARTY", "ENV_ONLY", "HOOK_NAMES",
-    "PluginRecord", "Registry", "Selection", "disable_value", "discover", "get_registry",
-]
-
 
 def discover(path: list[str] | None = None) -> list[metadata.EntryPoint]:
     """Every ``hpu_plugin`` entry point on ``path``; an unreadable distribution is logged."""

@@ -1,4 +1,4 @@
-"""One parser for every environment value the plugin reads: switches, numbers, sizes, times.
+"""One parser for every environment value the plugin reads: switches, numbers, times.
 
 Each parser takes the variable's name and its raw text and returns the value, or raises
 :class:`SettingError` naming the variable, quoting the value and stating the accepted form.
@@ -22,19 +22,8 @@ GAUDI_FLAG_WORDS: frozenset[str] = frozenset({"y", "yes", "t", "true", "on", "1"
 
 #: Longest text a number may have (``int()`` on thousands of digits is slow).
 MAX_DIGITS = 30
-#: Memory sizes accepted: at least one small tensor, at most 1 PiB (far above any Gaudi,
-#: far below overflow of the emulator's int64 sums).
-MIN_SIZE, MAX_SIZE = 1024**2, 1024**5
-
-SIZE_UNITS: dict[str, int] = {
-    "": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
-    "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4,
-    "tb": 1000**4, "tib": 1024**4,
-}
-
 _INTEGER = r"[+-]?[0-9]+"
 _DECIMAL = r"[0-9]+(?:\.[0-9]+)?|\.[0-9]+"
-_SIZE = r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)"
 
 
 def switch(variable: str, raw: str | None, default: bool = False, fix: str = "") -> bool:
@@ -125,24 +114,6 @@ def seconds(variable: str, raw: str | None, default: float,
     return value
 
 
-def size(variable: str, raw: str, minimum: int = MIN_SIZE, maximum: int = MAX_SIZE) -> int:
-    """A memory size in whole bytes: a number with an optional unit (``96GiB``, ``1.5GiB``,
-    ``1073741824``), from ``minimum`` to ``maximum`` bytes."""
-    accepted = (f"a whole number of bytes from {_bytes_text(minimum)} to "
-                f"{_bytes_text(maximum)}, as a number with an optional unit "
-                "(B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 96GiB, 512MiB, 1073741824")
-    match = re.fullmatch(_SIZE, raw.strip(), re.ASCII)
-    unit = match.group(2).lower() if match else ""
-    if match is None or len(match.group(1)) > MAX_DIGITS or unit not in SIZE_UNITS:
-        raise SettingError(variable, raw, accepted)
-    whole, _, fraction = match.group(1).partition(".")
-    scale = 10 ** len(fraction)
-    numerator = (int(whole) * scale + int(fraction or "0")) * SIZE_UNITS[unit]
-    if numerator % scale or not minimum <= numerator // scale <= maximum:
-        raise SettingError(variable, raw, accepted)
-    return numerator // scale
-
-
 def _range_text(what: str, minimum: int | None, maximum: int | None) -> str:
     if minimum is not None and maximum is not None:
         return f"{what} from {minimum} to {maximum}"
@@ -151,11 +122,3 @@ def _range_text(what: str, minimum: int | None, maximum: int | None) -> str:
     if maximum is not None:
         return f"{what} of at most {maximum}"
     return what
-
-
-def _bytes_text(value: int) -> str:
-    for unit, factor in (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", 1024**3),
-                         ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= factor and value % factor == 0:
-            return f"{value // factor} {unit}"
-    return f"{value} bytes"

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from hpu_plugin.registry import ENTRY_POINT_GROUP
+from hpu_plugin.loader import ENTRY_POINT_GROUP
 
 PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input"]
 #: ``--no-build-isolation`` builds with this environment's setuptools, which must build

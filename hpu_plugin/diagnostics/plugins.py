@@ -8,7 +8,8 @@ from hpu_plugin.diagnostics.inventory import HOOKS, import_torch
 
 
 def collect_plugins() -> dict[str, Any]:
-    from hpu_plugin.registry import disable_value, get_registry
+    from hpu_plugin.registry import get_registry
+    from hpu_plugin.switches import disable_value
 
     import_torch()  # where a program builds the registry (nothing with no Gaudi to look at)
     try:

@@ -26,8 +26,9 @@ import functools
 import inspect
 from typing import Any
 
+from hpu_plugin.hosts.replacing import host_version
 from hpu_plugin.hosts.support import release_key, tested_releases
-from hpu_plugin.patching import host_version, record_out
+from hpu_plugin.patching import record_out
 
 BACKEND = "hpu_backend"
 #: The first Transformers whose ``generate()`` takes a decoding loop as a callable

@@ -29,7 +29,8 @@ from typing import Any
 from hpu_plugin.fast_paths import fused_rope
 from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.patching import Patches, is_ours, ours, stay_out
+from hpu_plugin.hosts.replacing import stay_out
+from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

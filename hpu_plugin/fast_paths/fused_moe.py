@@ -30,8 +30,9 @@ from typing import Any
 
 from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts.replacing import stay_out
 from hpu_plugin.hosts.transformers_adapter import DEFAULT_EXPERTS, GAUDI_EXPERTS
-from hpu_plugin.patching import Patches, ours, stay_out
+from hpu_plugin.patching import Patches, ours
 from hpu_plugin.registry import Registry
 
 HOST = "transformers"

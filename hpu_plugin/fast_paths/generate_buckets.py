@@ -34,7 +34,8 @@ from hpu_plugin import importhook
 from hpu_plugin.fast_paths import decoding_loop, inference_graphs
 from hpu_plugin.fast_paths.decisions import BUCKETS, buckets
 from hpu_plugin.gaudi.shape_buckets import bucket_for
-from hpu_plugin.patching import Patches, is_ours, ours, stay_out
+from hpu_plugin.hosts.replacing import stay_out
+from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

@@ -40,7 +40,7 @@ from typing import Any
 
 from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, take
 from hpu_plugin.gaudi import tuning
-from hpu_plugin.patching import stay_out
+from hpu_plugin.hosts.replacing import stay_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

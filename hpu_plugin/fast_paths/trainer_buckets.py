@@ -46,7 +46,8 @@ from hpu_plugin.fast_paths.generate_buckets import (
 )
 from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.shape_buckets import bucket_for
-from hpu_plugin.patching import Patches, is_ours, original_of, ours
+from hpu_plugin.hosts.replacing import original_of
+from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

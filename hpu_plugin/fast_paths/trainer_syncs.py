@@ -37,7 +37,8 @@ from typing import Any
 from hpu_plugin.fast_paths import training_graphs
 from hpu_plugin.fast_paths.decisions import take
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.patching import Patches, original_of, ours, record_out
+from hpu_plugin.hosts.replacing import original_of
+from hpu_plugin.patching import Patches, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

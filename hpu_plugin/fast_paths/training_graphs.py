@@ -49,7 +49,8 @@ from hpu_plugin.fast_paths.fused_training import _lazy
 from hpu_plugin.fast_paths.generate_buckets import is_compiled
 from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.software import DEVICE_TYPE
-from hpu_plugin.patching import Patches, is_ours, original_of, ours, record_out
+from hpu_plugin.hosts.replacing import original_of
+from hpu_plugin.patching import Patches, is_ours, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

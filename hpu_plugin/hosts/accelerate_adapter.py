@@ -22,14 +22,8 @@ from hpu_plugin import importhook
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.patching import (
-    Patches,
-    cached_like,
-    is_ours,
-    original_of,
-    ours,
-    record_out,
-)
+from hpu_plugin.hosts.replacing import cached_like, original_of, replace_everywhere
+from hpu_plugin.patching import Patches, is_ours, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -67,12 +61,12 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
         )
         return False
     if not is_ours(original):
-        patches.replace_everywhere(original, make_is_hpu_available(registry, original))
+        replace_everywhere(patches, original, make_is_hpu_available(registry, original))
     return True
 
 
 def _version() -> str:
-    from hpu_plugin.patching import host_version
+    from hpu_plugin.hosts.replacing import host_version
 
     return host_version(HOST)
 
@@ -168,7 +162,7 @@ def install_launch(registry: Registry, patches: Patches, module: types.ModuleTyp
                 )
         return original(args)
 
-    patches.replace_everywhere(original, ours(_validate_launch_command))
+    replace_everywhere(patches, original, ours(_validate_launch_command))
 
 
 #: The Gaudi lines of the ``accelerate env`` call running in this context, if any.
@@ -223,7 +217,7 @@ def install_env(registry: Registry, patches: Patches, module: types.ModuleType) 
 
     if "print" not in vars(module):
         patches.set(module, "print", ours(_print_with_hpu))
-    patches.replace_everywhere(original, ours(env_command))
+    replace_everywhere(patches, original, ours(env_command))
 
 
 def install(registry: Registry, patches: Patches, available: bool) -> None:

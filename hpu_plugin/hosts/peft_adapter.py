@@ -23,14 +23,9 @@ from collections.abc import Callable
 
 from hpu_plugin import importhook
 from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts.replacing import host_version, original_of, replace_everywhere
 from hpu_plugin.hosts.support import PEFT_TESTED, release_key
-from hpu_plugin.patching import (
-    Patches,
-    host_version,
-    original_of,
-    ours,
-    record_out,
-)
+from hpu_plugin.patching import Patches, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -80,7 +75,7 @@ def install_infer_device(registry: Registry, patches: Patches, module: types.Mod
     original = original_of(module, "infer_device", HOST, ADAPTER, "utils.other.infer_device")
     if original is None:
         return
-    patches.replace_everywhere(original, make_infer_device(registry, original))
+    replace_everywhere(patches, original, make_infer_device(registry, original))
 
 
 def install(registry: Registry, patches: Patches, available: bool) -> None:

@@ -41,16 +41,9 @@ from hpu_plugin import importhook
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.software import DEVICE_TYPE
+from hpu_plugin.hosts.replacing import host_version, original_of, stay_out
 from hpu_plugin.hosts.support import SENTENCE_TRANSFORMERS_TESTED, release_key
-from hpu_plugin.patching import (
-    Patches,
-    host_version,
-    is_ours,
-    original_of,
-    ours,
-    record_out,
-    stay_out,
-)
+from hpu_plugin.patching import Patches, is_ours, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

@@ -28,15 +28,9 @@ from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
 from hpu_plugin.hosts.callers import find_caller
+from hpu_plugin.hosts.replacing import host_version, original_of, replace_everywhere
 from hpu_plugin.hosts.support import BRIDGE_DEVICE_EXIT_FAULT_SINCE, release_key
-from hpu_plugin.patching import (
-    Patches,
-    host_version,
-    is_ours,
-    original_of,
-    ours,
-    record_out,
-)
+from hpu_plugin.patching import Patches, is_ours, ours, record_out
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import Once, say_once
 
@@ -174,9 +168,8 @@ def install_distributed(registry: Registry, patches: Patches) -> None:
     )
     if original is None:
         return
-    patches.replace_everywhere(
-        original, make_init_process_group(registry, original), alias_scope="torch.distributed"
-    )
+    replace_everywhere(patches, original, make_init_process_group(registry, original),
+                       alias_scope="torch.distributed")
     # A layer of the Gaudi software may have wrapped ``torch.distributed.init_process_group``
     # before us (the GPU Migration Toolkit maps ``nccl`` to ``hccl`` there, and calls the
     # function it saved, not ours): wrap that one too, so the hooks and the pre-flight check
@@ -382,7 +375,7 @@ def install_device_mesh(patches: Patches) -> None:
                            "torch.distributed.device_mesh.init_device_mesh")
     if original is None:
         return
-    patches.replace_everywhere(original, make_init_device_mesh(original),
+    replace_everywhere(patches, original, make_init_device_mesh(original),
                                alias_scope="torch.distributed")
 
 

@@ -21,16 +21,15 @@ from typing import Any
 from hpu_plugin import importhook
 from hpu_plugin.hosts import transformers_fp8, transformers_fp8_hub, transformers_gaudi_ops
 from hpu_plugin.hosts.env_section import gaudi_section
-from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
-from hpu_plugin.patching import (
-    Patches,
+from hpu_plugin.hosts.replacing import (
     cached_like,
     host_version,
-    is_ours,
     original_of,
-    ours,
+    replace_everywhere,
     stay_out,
 )
+from hpu_plugin.hosts.support import HPU_CODE_SINCE, release_key
+from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -118,9 +117,8 @@ def install_availability(registry: Registry, patches: Patches, module: types.Mod
     )
     if original is None:
         return
-    patches.replace_everywhere(
-        original, make_is_torch_hpu_available(registry, original, patches)
-    )
+    replace_everywhere(
+        patches, original, make_is_torch_hpu_available(registry, original, patches))
 
 
 def install_training_args(registry: Registry, patches: Patches, module: types.ModuleType) -> None:

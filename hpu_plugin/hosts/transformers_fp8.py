@@ -44,7 +44,8 @@ from typing import Any
 
 from hpu_plugin.gaudi import tuning
 from hpu_plugin.gaudi.config_error import GaudiConfigError
-from hpu_plugin.patching import Patches, original_of, ours, stay_out
+from hpu_plugin.hosts.replacing import original_of, stay_out
+from hpu_plugin.patching import Patches, ours
 from hpu_plugin.registry import Registry, get_registry
 from hpu_plugin.reporting import say_once
 
@@ -87,14 +88,14 @@ FIRST_RELEASE = 5
 
 def supported() -> bool:
     """Whether the installed Transformers is one this adapter is written for."""
-    from hpu_plugin.patching import host_version
+    from hpu_plugin.hosts.replacing import host_version
 
     major = host_version(HOST).split(".", 1)[0]
     return major.isdigit() and int(major) >= FIRST_RELEASE
 
 
 def _needs_newer(what: str) -> str:
-    from hpu_plugin.patching import host_version
+    from hpu_plugin.hosts.replacing import host_version
 
     return (f"{what} needs Transformers {FIRST_RELEASE}.0 or later (installed: "
             f"{host_version(HOST)}); upgrade Transformers (pip install 'transformers>="
@@ -122,7 +123,7 @@ def config_class() -> type:
         def __init__(self, dump_stats_path: str, mode: str = "auto",
                      inc_options: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
             if not supported():
-                from hpu_plugin.patching import host_version
+                from hpu_plugin.hosts.replacing import host_version
 
                 raise GaudiConfigError(
                     "transformers", host_version(HOST), f"Transformers {FIRST_RELEASE}.0 or "

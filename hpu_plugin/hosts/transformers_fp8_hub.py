@@ -44,7 +44,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from hpu_plugin.gaudi.config_error import GaudiConfigError
-from hpu_plugin.patching import Patches, original_of, ours
+from hpu_plugin.hosts.replacing import original_of
+from hpu_plugin.patching import Patches, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 

@@ -7,7 +7,8 @@ import logging
 
 import pytest
 
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 QUANT = "hpu_quantization_device_map(method, bits, device_map, options)"
 COMPILE = "hpu_compile_backend(requested)"

@@ -17,7 +17,8 @@ import pytest
 
 from hpu_plugin import guard
 from hpu_plugin.fast_paths.decisions import buckets
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 HEADER = "from hpu_plugin.hookspecs import DeviceProperties, hookimpl\n\n"
 FIX = "HPU_PLUGIN_DISABLE=odd-dist:odd"

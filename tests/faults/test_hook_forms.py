@@ -13,7 +13,8 @@ import logging
 
 import pytest
 
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 FORMS = {
     "plain": ("", "raise {exc}"),

@@ -80,7 +80,8 @@ LOADED = ("imp_slow", "imp_thread")
 BATCH = KEEP_LOGS + """
 import json, os, sys
 import torch
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 results = {}
 for case in sys.argv[1:]:
     os.environ["HPU_FAULT_CASE"] = case

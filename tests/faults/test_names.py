@@ -8,8 +8,9 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpu_plugin.registry import PluginRecord, Registry, Selection, disable_value
-from hpu_plugin.switches import names
+from hpu_plugin.loader import PluginRecord
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection, disable_value, names
 
 from .conftest import NAMES_DIST, environ, run
 

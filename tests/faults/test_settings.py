@@ -12,7 +12,7 @@ from hpu_emulator import config
 from hpu_emulator.errors import EmulationError
 from hpu_plugin import settings
 from hpu_plugin.errors import SettingError
-from hpu_plugin.registry import Selection
+from hpu_plugin.switches import Selection
 
 VAR = "HPU_TEST_VARIABLE"
 texts = st.text(max_size=60) | st.from_regex(r"\s*[0-9]{0,40}(\.[0-9]{0,5})?\s*[A-Za-z]{0,4}\s*",
@@ -114,20 +114,20 @@ def test_no_number_is_parsed_from_the_environment_outside_settings():
 
 @given(texts)
 def test_size_is_whole_bytes_in_range_or_named_refusal(raw):
-    value = _named(lambda: settings.size(VAR, raw))
+    value = _named(lambda: config.memory_size(VAR, raw))
     if not isinstance(value, settings.SettingError):
-        assert isinstance(value, int) and settings.MIN_SIZE <= value <= settings.MAX_SIZE
+        assert isinstance(value, int) and config.MIN_MEMORY <= value <= config.MAX_MEMORY
 
 
 @given(st.integers(2, 1024), st.sampled_from(["MiB", "GiB", "TiB", "MB", "GB"]))
 def test_size_round_trips(number, unit):
-    assert settings.size(VAR, f"{number}{unit}") == number * settings.SIZE_UNITS[unit.lower()]
+    assert config.memory_size(VAR, f"{number}{unit}") == number * config.MEMORY_UNITS[unit.lower()]
 
 
 @given(st.text(max_size=40))
 def test_emulator_memory_never_escapes_as_another_error(raw):
     try:
-        assert config.parse_memory(raw) >= settings.MIN_SIZE
+        assert config.parse_memory(raw) >= config.MIN_MEMORY
     except EmulationError as exc:
         assert "HPU_PLUGIN_EMULATE_MEMORY" in str(exc)
 
@@ -209,7 +209,7 @@ HUGE_VALUES = {
     "only": lambda: Selection.from_environ({"HPU_PLUGIN_ONLY": HUGE}),
     "budget": lambda: Selection.from_environ({"HPU_PLUGIN_IMPORT_BUDGET": HUGE}),
     "third party": lambda: Selection.from_environ({"HPU_PLUGIN_NO_THIRD_PARTY": HUGE}),
-    "size": lambda: settings.size(VAR, HUGE),
+    "size": lambda: config.memory_size(VAR, HUGE),
     "seconds": lambda: settings.seconds(VAR, HUGE, 1.0, 10.0),
 }
 

@@ -7,15 +7,17 @@ import pytest
 
 from hpu_plugin import machine, registry
 from hpu_plugin.gaudi.config_error import GaudiConfigError
+from hpu_plugin.loader import PluginRecord
 from hpu_plugin.plugins import compile_backend as compile_plugin
 from hpu_plugin.plugins import ddp as ddp_plugin
+from hpu_plugin.switches import Selection
 
 
 def _registry(*plugins) -> registry.Registry:
-    reg = registry.Registry(registry.Selection())
+    reg = registry.Registry(Selection())
     for module in plugins:
         name = module.__name__.rsplit(".", 1)[1]
-        reg.register(module, registry.PluginRecord(name, module.__name__, "hpu-plugin", "0", True))
+        reg.register(module, PluginRecord(name, module.__name__, "hpu-plugin", "0", True))
     return reg
 
 

@@ -11,7 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 from hpu_plugin import hosts, patching, reporting
-from hpu_plugin.registry import PluginRecord, Registry, Selection
+from hpu_plugin.loader import PluginRecord
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 from .answering import AnsweringPlugin, Answers
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from hpu_plugin import hosts, reporting
-from hpu_plugin.hosts import transformers_adapter
+from hpu_plugin.hosts import replacing, transformers_adapter
 
 from .answering import AnsweringPlugin
 
@@ -86,7 +86,9 @@ def test_a_registry_that_says_no_keeps_the_hosts_off(answers):
     from accelerate.utils import imports
     from transformers.utils import import_utils
 
-    from hpu_plugin.registry import PluginRecord, Registry, Selection
+    from hpu_plugin.loader import PluginRecord
+    from hpu_plugin.registry import Registry
+    from hpu_plugin.switches import Selection
 
     answers.available = False
     registry = Registry(Selection())
@@ -126,7 +128,8 @@ def test_an_adapter_that_finds_nothing_logs_one_line_and_stays_out(caplog):
 
     from hpu_plugin import patching
     from hpu_plugin.hosts import accelerate_adapter
-    from hpu_plugin.registry import Registry, Selection
+    from hpu_plugin.registry import Registry
+    from hpu_plugin.switches import Selection
 
     reporting.said.forget()
     patches = patching.Patches()
@@ -137,7 +140,7 @@ def test_an_adapter_that_finds_nothing_logs_one_line_and_stays_out(caplog):
             accelerate_adapter.install_availability(Registry(Selection()), patches, empty)
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines
-    assert "transformers" in lines[0] and patching.host_version("transformers") in lines[0]
+    assert "transformers" in lines[0] and replacing.host_version("transformers") in lines[0]
     assert "accelerate" in lines[1] and "1.5.0" in lines[1]
     assert not empty.__dict__.get("is_torch_hpu_available")
     patches.undo()

@@ -148,7 +148,7 @@ def test_the_tested_release_infer_device_takes_no_arguments():
     """What the replacement (no parameters) relies on, on the installed tested release."""
     import inspect
 
-    from hpu_plugin.patching import host_version
+    from hpu_plugin.hosts.replacing import host_version
 
     if not peft_adapter.known_release(host_version("peft")):
         pytest.skip("not a tested PEFT release: the adapter stays out")

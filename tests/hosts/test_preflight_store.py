@@ -11,7 +11,8 @@ import torch.distributed as dist
 from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.preflight import PreflightError
 from hpu_plugin.hosts import preflight_store as preflight
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 
 def test_a_rank_that_never_reports_is_named_within_the_timeout():

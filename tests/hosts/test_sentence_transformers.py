@@ -18,8 +18,8 @@ import pytest
 from processes import emulated, run_python, scrubbed
 
 from hpu_plugin import patching
+from hpu_plugin.hosts import replacing, support
 from hpu_plugin.hosts import sentence_transformers_adapter as adapter
-from hpu_plugin.hosts import support
 from hpu_plugin.patching import Patches
 
 pytest.importorskip("sentence_transformers")
@@ -264,7 +264,7 @@ def test_the_tested_release_uses_importlib_in_base_model_only_for_find_spec():
     """What the narrow patch relies on, read in the installed release's source."""
     import re
 
-    if not adapter.known_release(patching.host_version(adapter.HOST)):
+    if not adapter.known_release(replacing.host_version(adapter.HOST)):
         pytest.skip("not a tested sentence-transformers release: the adapter stays out")
     import sentence_transformers.base.model as base_model
 

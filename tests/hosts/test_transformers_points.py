@@ -40,7 +40,7 @@ def test_bnb_keeps_the_users_device_map(installed, answers, bits):
 @pytest.mark.parametrize("bits", [4, 8])
 def test_bnb_refusal_reaches_the_caller(installed, answers, bits):
     from hpu_plugin.hookspecs import Refusal, hookimpl
-    from hpu_plugin.registry import PluginRecord
+    from hpu_plugin.loader import PluginRecord
 
     class RefuseEight:
         @hookimpl(tryfirst=True)

@@ -15,8 +15,10 @@ import torch
 
 from hpu_plugin import reporting
 from hpu_plugin.hookspecs import Refusal, hookimpl
+from hpu_plugin.loader import PluginRecord
 from hpu_plugin.plugins import quantization
-from hpu_plugin.registry import PluginRecord, Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 
 @pytest.fixture

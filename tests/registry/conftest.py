@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from distributions import write_plugin
 
-from hpu_plugin.registry import DIST_NAME, discover
+from hpu_plugin.loader import DIST_NAME
+from hpu_plugin.registry import discover
 
 
 class PluginSite:

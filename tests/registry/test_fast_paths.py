@@ -6,7 +6,8 @@ import pytest
 
 from hpu_plugin.fast_paths.decisions import FAST_PATHS
 from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 MINE = """
 from hpu_plugin.hookspecs import hookimpl

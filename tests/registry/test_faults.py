@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from hpu_plugin.hookspecs import CHECKS, DeviceProperties
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 HEADER = "from hpu_plugin.hookspecs import hookimpl\n"
 

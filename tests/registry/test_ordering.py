@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hpu_plugin.hookspecs import Refusal
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 GLOO_PLAIN = """
 from hpu_plugin.hookspecs import hookimpl

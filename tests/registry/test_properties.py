@@ -12,7 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpu_plugin.registry import DIST_NAME, Registry, Selection, discover
+from hpu_plugin.loader import DIST_NAME
+from hpu_plugin.registry import Registry, discover
+from hpu_plugin.switches import Selection
 
 NAMES = st.from_regex(r"[A-Za-z][A-Za-z0-9_.+-]{0,12}", fullmatch=True).filter(
     lambda name: name.lower() not in {"true", "yes", "on", "no", "off", "false"}

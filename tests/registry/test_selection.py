@@ -7,7 +7,8 @@ import logging
 import pytest
 
 from hpu_plugin.errors import SettingError
-from hpu_plugin.registry import Registry, Selection
+from hpu_plugin.registry import Registry
+from hpu_plugin.switches import Selection
 
 PLAIN = """
 from hpu_plugin.hookspecs import hookimpl

@@ -7,8 +7,10 @@ import pytest
 
 from hpu_plugin.gaudi.shape_buckets import bucket_for, default_buckets
 from hpu_plugin.hookspecs import Refusal
+from hpu_plugin.loader import ENTRY_POINT_GROUP
 from hpu_plugin.plugins import bucket_sizes as shapes
-from hpu_plugin.registry import ENTRY_POINT_GROUP, Registry, Selection, discover
+from hpu_plugin.registry import Registry, discover
+from hpu_plugin.switches import Selection
 
 
 def test_default_buckets_ramp_then_step():

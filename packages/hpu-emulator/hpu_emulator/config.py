@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from hpu_emulator.errors import EmulationError
 from hpu_plugin import settings
+from hpu_plugin.errors import SettingError
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.config_error import GaudiConfigError
 from hpu_plugin.gaudi.generations import Generation, generation_from_name, int64_on_device
@@ -77,11 +78,38 @@ def _int_list(name: str, value: str, accepted: str) -> list[int]:
     return numbers
 
 
+#: Memory sizes accepted: at least one small tensor, at most 1 PiB (far above any Gaudi,
+#: far below overflow of the emulator's int64 sums).
+MIN_MEMORY, MAX_MEMORY = 1024**2, 1024**5
+MEMORY_UNITS: dict[str, int] = {
+    "": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2,
+    "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3, "t": 1024**4,
+    "tb": 1000**4, "tib": 1024**4,
+}
+
+
+def memory_size(variable: str, raw: str) -> int:
+    """A memory size in whole bytes: a number with an optional unit (``96GiB``, ``1.5GiB``,
+    ``1073741824``), from 1 MiB to 1 PiB; :class:`SettingError` naming ``variable`` else."""
+    accepted = ("a whole number of bytes from 1 MiB to 1 PiB, as a number with an optional "
+                "unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. 96GiB, 512MiB, 1073741824")
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", raw.strip(), re.ASCII)
+    unit = match.group(2).lower() if match else ""
+    if match is None or len(match.group(1)) > settings.MAX_DIGITS or unit not in MEMORY_UNITS:
+        raise SettingError(variable, raw, accepted)
+    whole, _, fraction = match.group(1).partition(".")
+    scale = 10 ** len(fraction)
+    numerator = (int(whole) * scale + int(fraction or "0")) * MEMORY_UNITS[unit]
+    if numerator % scale or not MIN_MEMORY <= numerator // scale <= MAX_MEMORY:
+        raise SettingError(variable, raw, accepted)
+    return numerator // scale
+
+
 def parse_memory(value: str) -> int:
-    """``HPU_PLUGIN_EMULATE_MEMORY``: whole bytes, 1 MiB to 1 PiB (the settings parser)."""
+    """``HPU_PLUGIN_EMULATE_MEMORY``, as :func:`memory_size` reads it."""
     try:
-        return settings.size("HPU_PLUGIN_EMULATE_MEMORY", value)
-    except settings.SettingError as exc:
+        return memory_size("HPU_PLUGIN_EMULATE_MEMORY", value)
+    except SettingError as exc:
         raise EmulationError(str(exc)) from None
 
 

@@ -25,7 +25,7 @@ from hpu_plugin import settings
 from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.generations import Generation, generation_from_name
 from hpu_plugin.gaudi.visibility import MAX_DEVICES
-from hpu_plugin.patching import Patches, original_of, ours
+from hpu_plugin.patching import Patches, is_ours, ours
 
 _initialized = False
 _autocast_dtype = torch.bfloat16
@@ -521,7 +521,7 @@ def _wrap_torch_manual_seed(patches: Patches) -> None:
     global default_generators
     default_generators = (_generator(0),)
     random.default_generators = default_generators  # DeepSpeed reads it there
-    original = original_of(torch, "manual_seed", "torch", "emulator seeding", "manual_seed")
+    original = _unpatched(torch, "manual_seed")
     if original is not None:
         @functools.wraps(original)
         def seeded(seed: int) -> torch.Generator:
@@ -531,7 +531,7 @@ def _wrap_torch_manual_seed(patches: Patches) -> None:
 
         patches.set(torch, "manual_seed", ours(seeded))
         patches.set(torch.random, "manual_seed", seeded)
-    seed_original = original_of(torch, "seed", "torch", "emulator seeding", "seed")
+    seed_original = _unpatched(torch, "seed")
     if seed_original is not None:
         @functools.wraps(seed_original)
         def fresh_seed() -> int:
@@ -541,8 +541,7 @@ def _wrap_torch_manual_seed(patches: Patches) -> None:
 
         patches.set(torch, "seed", ours(fresh_seed))
         patches.set(torch.random, "seed", fresh_seed)
-    fork_original = original_of(torch.random, "fork_rng", "torch", "emulator seeding",
-                                "random.fork_rng")
+    fork_original = _unpatched(torch.random, "fork_rng")
     if fork_original is not None:
         @functools.wraps(fork_original)
         def fork_rng(devices: Any = None, enabled: bool = True, _caller: str = "fork_rng",
@@ -551,6 +550,12 @@ def _wrap_torch_manual_seed(patches: Patches) -> None:
                                  _devices_kw=_devices_kw, device_type=device_type or "hpu")
 
         patches.set(torch.random, "fork_rng", ours(fork_rng))
+
+
+def _unpatched(owner: Any, name: str) -> Any | None:
+    """``owner.name`` unless it is already ours (a second start replaces nothing)."""
+    value = getattr(owner, name)
+    return None if is_ours(value) else value
 
 
 # ------------------------------------------------------------------ autocast
