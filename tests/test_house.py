@@ -5,10 +5,10 @@ matrix and names every module, one post-import finder, one "log once" helper, sh
 Which imports count: every ``import`` and ``from ... import`` of the package wherever it
 stands, at a module's top or inside a function. A function-local import runs as surely as a
 top-level one, only later; it puts off an import cost (activation's full path, the CLI), it
-does not make a dependency go away, and a circle through one is still a circle to understand
-(the three circles found on 2026-12-01 all ran through function-local imports). Only imports
-under ``if TYPE_CHECKING:`` are left out: they never run. Importing ``a.b.c`` runs ``a`` and
-``a.b`` first, but a module is not said to import its own parent packages by that.
+does not make a dependency go away, and a circle through one is still a circle to understand.
+Only imports under ``if TYPE_CHECKING:`` are left out: they never run. Importing ``a.b.c``
+runs ``a`` and ``a.b`` first, but a module is not said to import its own parent packages by
+that.
 """
 
 from __future__ import annotations

@@ -8,7 +8,11 @@ not set it. When Accelerate prepares a model for training on ``hpu`` (every ``Tr
 every ``accelerator.prepare(model)``), the forward of each repeated block (the decoder layers
 of a Transformers model: one ``nn.ModuleList`` of one class) is compiled as Accelerate's
 ``compile_regions`` does: one compiled forward per block class, shared by every layer, so the
-model compiles one forward and one backward graph instead of one per layer.
+model compiles one forward and one backward graph instead of one per layer. Two small parts
+outside the blocks are compiled too, each shared by every model that has it: Transformers'
+rotary table (the ``*RotaryEmbedding`` module every layer reads) and the loss function the
+model's ``loss_function`` gives (shifting the labels, the float32 cross-entropy and its
+scaling, and their backward: a dozen launches become two).
 
 With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
 forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
@@ -38,6 +42,7 @@ compilation fails runs its own forward from then on, with one warning.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import types
 import weakref
@@ -67,6 +72,11 @@ PLAIN = ("NO", "MULTI_HPU")
 _taken: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per block class, its compiled forward (one Dynamo cache for every layer of that class).
 _compiled: dict[type, Callable[..., Any]] = {}
+#: The models whose loss function runs compiled (the blocks' region leaves it outside).
+_losses: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Per loss function (Transformers' ``LOSS_MAPPING`` entries), its compiled form; ``None``
+#: once its compilation failed.
+_compiled_losses: dict[Callable[..., Any], Callable[..., Any] | None] = {}
 
 
 def repeated_blocks(model: Any) -> list[Any]:
@@ -88,13 +98,30 @@ def repeated_blocks(model: Any) -> list[Any]:
     return found
 
 
+def whole_model(model: Any) -> bool:
+    """Is the region the model itself (its class declares a forward that compiles as one
+    graph, and the setting asks for the model's region)?"""
+    return tuning.train_graphs_region() == "model" and bool(
+        getattr(type(model), "_can_compile_fullgraph", False))
+
+
+def rotary_tables(model: Any, blocks: list[Any]) -> list[Any]:
+    """Transformers' rotary embedding modules outside the blocks (``*RotaryEmbedding``, no
+    parameters): the cosine and sine tables every layer reads, a handful of ops each step."""
+    inside = {id(m) for block in blocks for m in block.modules()}
+    return [module for module in model.modules()
+            if id(module) not in inside and type(module).__name__.endswith("RotaryEmbedding")
+            and type(module).__module__.startswith("transformers.")
+            and next(iter(module.parameters()), None) is None]
+
+
 def regions(model: Any) -> list[Any]:
-    """What is compiled: the model itself where its class declares a forward that compiles
-    as one graph and the setting asks for the model's region, else its repeated blocks."""
-    if tuning.train_graphs_region() == "model" and getattr(type(model),
-                                                          "_can_compile_fullgraph", False):
+    """What is compiled: the model itself (:func:`whole_model`), else its repeated blocks and
+    the rotary tables they read."""
+    if whole_model(model):
         return [model]
-    return [module for blocks in repeated_blocks(model) for module in blocks]
+    blocks = [module for found in repeated_blocks(model) for module in found]
+    return blocks + rotary_tables(model, blocks) if blocks else []
 
 
 def _user_compiled(accelerator: Any, model: Any) -> bool:
@@ -207,6 +234,62 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     patches.on_undo(undo, f"{cls.__qualname__} compiled forward")
 
 
+class _GraphedLoss(property):
+    """A model class's ``loss_function`` that gives the compiled loss while the model trains
+    through graphs (a property: Transformers chooses the loss per model)."""
+
+    __hpu_plugin__ = True
+
+
+def _compiled_loss(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` compiled, shared by every model that uses it; ``function`` itself once
+    its compilation failed (said once)."""
+    import torch
+
+    if function not in _compiled_losses:
+        _compiled_losses[function] = torch.compile(function, backend=BACKEND)
+    compiled = _compiled_losses[function]
+    if compiled is None:
+        return function
+    failures = _compile_failures()
+
+    @functools.wraps(function)
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return compiled(*args, **kwargs)
+        except failures as exc:
+            _compiled_losses[function] = None
+            say_once(f"training-graph-failed:{function.__qualname__}", logging.WARNING,
+                     "hpu_plugin: the compiled %s failed, so it runs eagerly: %s",
+                     function.__qualname__, exc)
+        return function(*args, **kwargs)
+
+    return loss
+
+
+def _graphed_loss(patches: Patches, cls: type) -> None:
+    """Give ``cls`` a ``loss_function`` that is compiled for the models in :data:`_losses`
+    while they train with gradients on. A class without Transformers' ``loss_function``
+    property computes its loss in its forward: nothing to do."""
+    import torch
+
+    original = inspect.getattr_static(cls, "loss_function", None)
+    if (not isinstance(original, property) or isinstance(original, _GraphedLoss)
+            or original.fget is None):  # none, or a base class's already serves
+        return
+    read = original.fget
+
+    def loss_function(self: Any) -> Any:
+        function = read(self)
+        if (self in _losses and self.training and torch.is_grad_enabled()
+                and not torch.compiler.is_compiling() and callable(function)):
+            return _compiled_loss(function)
+        return function
+
+    patches.set(cls, "loss_function", _GraphedLoss(loss_function, original.fset,
+                                                   original.fdel, original.__doc__))
+
+
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
                   model: Any) -> list[Any]:
     """Give the classes of ``model``'s regions their graphed forward where :func:`why_not`
@@ -223,6 +306,10 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
     for cls in {type(module) for module in found}:
         if not is_ours(vars(cls).get("forward")):
             _graphed_forward(patches, cls)
+    if not whole_model(model):  # the model's class, or the one a wrapper (PEFT) holds
+        for cls in {type(module) for module in model.modules()}:
+            if not is_ours(vars(cls).get("loss_function")):
+                _graphed_loss(patches, cls)
     return found
 
 
@@ -236,6 +323,9 @@ def take_regions(model: Any, found: list[Any]) -> None:
     ``hpu``."""
     if found and _on_hpu(model):
         _taken.update(found)
+        if not whole_model(model):
+            _losses.update(module for module in model.modules() if isinstance(
+                inspect.getattr_static(type(module), "loss_function", None), _GraphedLoss))
 
 
 def install_prepare(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -260,8 +350,13 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
         take_regions(model, found)  # once Accelerate placed the model on its device
         return prepared
 
+    def forget() -> None:
+        _taken.clear()
+        _losses.clear()
+        _compiled_losses.clear()
+
     patches.set(cls, "prepare_model", ours(prepare_model))
-    patches.on_undo(_taken.clear, "training graphs' blocks")
+    patches.on_undo(forget, "training graphs' blocks")
 
 
 def install(registry: Registry, patches: Patches) -> None:
