@@ -418,7 +418,8 @@ def _graphed_generate(
     return original(model, inputs, **kwargs)
 
 
-def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
+def make_generate(registry: Registry, patches: Patches,
+                  original: Callable[..., Any]) -> Callable[..., Any]:
     watch = RecompileWatch("generate() with a compiled model",
                            "the prompt length (dimension 1 of input_ids)")
 
@@ -431,6 +432,8 @@ def make_generate(registry: Registry, original: Callable[..., Any]) -> Callable[
             mode = inference_graphs.wanted(registry, self, kwargs)
             if mode is None:
                 return original(self, inputs, *args, **kwargs)
+            if mode == "eager":
+                inference_graphs.keep_picklable(patches, type(self))
             return _graphed_generate(registry, original, self, inputs, kwargs, mode)
         before = compilations()
         result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
@@ -472,7 +475,7 @@ def install_generate(registry: Registry, patches: Patches, module: types.ModuleT
     if is_ours(generate):
         return
     patches.set(cls, "_prepare_cache_for_generation", make_prepare_cache(prepare))
-    patches.set(cls, "generate", make_generate(registry, generate))
+    patches.set(cls, "generate", make_generate(registry, patches, generate))
 
 
 def install(registry: Registry, patches: Patches) -> None:

@@ -41,6 +41,7 @@ from typing import Any
 from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, take
 from hpu_plugin.gaudi import tuning
 from hpu_plugin.hosts.replacing import stay_out
+from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
 
@@ -114,6 +115,21 @@ def _user_chose(model: Any, kwargs: dict[str, Any]) -> bool:
     return False
 
 
+def _contrastive(model: Any, kwargs: dict[str, Any]) -> bool:
+    """Contrastive search (``penalty_alpha > 0`` with ``top_k > 1``, as Transformers chooses
+    the mode): Transformers 4.x runs it on a cache it turns into tuples and crops, which a
+    static cache cannot be; 5.x has moved it to the Hub. It runs as Transformers wrote it."""
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+
+    def setting(name: str) -> Any:
+        value = kwargs.get(name)
+        return getattr(config, name, None) if value is None else value
+
+    alpha, top_k = setting("penalty_alpha"), setting("top_k")
+    return (isinstance(alpha, int | float) and alpha > 0 and isinstance(top_k, int)
+            and top_k > 1)
+
+
 def _same(value: Any, default: Any) -> bool:
     """Equal, attributes set on the instance included (``_compile_all_devices`` is a class
     attribute that a user sets on their ``CompileConfig``)."""
@@ -164,6 +180,33 @@ def fixed_rope(model: Any) -> bool:
     return True
 
 
+#: What Transformers 4.x's ``generate()`` keeps on the model when it compiles the decoding
+#: steps: its ``torch.compile`` of ``__call__`` (which pickle cannot store), the config it
+#: was made with, and the static cache (device tensors that ``model.cpu()`` does not move).
+KEPT_BY_GENERATE = ("_compiled_call", "_last_compile_config", "_cache")
+
+
+def keep_picklable(patches: Patches, cls: type) -> None:
+    """Leave what ``generate()`` keeps for its graphs out of the pickled state of ``cls``'s
+    models, as torch leaves out its own compiled call (``Module.__getstate__`` drops
+    ``_compiled_call_impl``): ``pickle.dumps(model)``, ``copy.deepcopy`` and
+    ``torch.save(model)`` work after a graphed ``generate()``, and a saved model loads where
+    there is no Gaudi. A copy makes its own when it generates."""
+    if is_ours(vars(cls).get("__getstate__")):
+        return
+    original = cls.__getstate__
+
+    def __getstate__(self: Any) -> Any:
+        state = original(self)
+        if isinstance(state, dict) and any(key in state for key in KEPT_BY_GENERATE):
+            state = {key: value for key, value in state.items() if key not in KEPT_BY_GENERATE
+                     or (key == "_cache" and not type(value).__module__.startswith(
+                         "transformers."))}  # a "_cache" of the user's own stays
+        return state
+
+    patches.set(cls, "__getstate__", ours(__getstate__))
+
+
 def cache_argument() -> bool:
     """Whether this Transformers' ``generate()`` takes a cache object as ``cache=`` (5.x;
     4.x names it ``past_key_values`` and refuses ``cache`` as an unused model argument)."""
@@ -197,7 +240,7 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     compilation chosen (nor a ``forward`` of the user's own, in lazy mode), the hook agreeing."""
     state = _graphs.get(model)  # looked up, not made: most models are never graphed
     if (getattr(model, "training", True) or (state is not None and state.refused)
-            or _user_chose(model, kwargs)):
+            or _user_chose(model, kwargs) or _contrastive(model, kwargs)):
         return None
     if not (full_attention_only(model) and fixed_rope(model)) or has_module_hooks(model):
         return None

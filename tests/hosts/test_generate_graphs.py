@@ -135,3 +135,47 @@ def test_the_installed_transformers_has_what_its_gate_promises() -> None:
         inspect.unwrap(GenerationMixin.generate))
     assert takes_callable == (gate is not None)
     assert decoding_loop.api() == gate
+
+
+AFTER_GRAPHS = """
+    import io, json, os, pickle, sys
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         max_position_embeddings=32, pad_token_id=0)).eval()
+    ids = torch.tensor([[5, 9, 14, 27, 3]])
+
+    def contrastive(m, device):
+        try:
+            return m.generate(ids.to(device), penalty_alpha=0.6, top_k=4,
+                              max_new_tokens=4).cpu().tolist()
+        except ValueError as exc:  # Transformers 5 moved contrastive search to the Hub
+            return str(exc)[:80]
+
+    cpu = contrastive(model, "cpu")
+    model = model.to("hpu")
+    greedy = model.generate(ids.to("hpu"), max_new_tokens=4, do_sample=False).cpu().tolist()
+    on_hpu = contrastive(model, "hpu")
+    pickle.loads(pickle.dumps(model))
+    saved = io.BytesIO()
+    torch.save(model.cpu(), saved)
+    print("RESULT" + json.dumps({"contrastive": [cpu, on_hpu], "greedy": greedy,
+                                 "saved_on_cpu": all(t.device.type == "cpu" for t in
+                                     torch.load(io.BytesIO(saved.getvalue()),
+                                                weights_only=False).state_dict().values())}))
+"""
+
+
+def test_after_a_graphed_generate_contrastive_search_runs_and_the_model_saves() -> None:
+    """Transformers 4.x keeps its compiled decoding call and static cache on the model:
+    both stay out of the pickled state, so the model pickles and saves with no device
+    tensor; and contrastive search, whose 4.x loop crops a cache a static one cannot be,
+    runs as Transformers wrote it (its tokens the CPU's)."""
+    env = emulated(TRANSFORMERS_VERBOSITY="error")
+    done = run_python(AFTER_GRAPHS, env, timeout=300, check=True)
+    result = result_of(done.stdout)
+    cpu, on_hpu = result["contrastive"]
+    assert on_hpu == cpu, result
+    assert result["saved_on_cpu"] is True and len(result["greedy"][0]) == 9, result
