@@ -22,9 +22,10 @@ In lazy mode (``PT_HPU_LAZY_MODE=1``: ``torch.compile`` is not allowed there) th
 HPU graphs: the model's ``forward`` is, for the call, the bridge's ``wrap_in_hpu_graph_func``
 of it (a graph per input signature, ``max_graphs`` twice the budget: a prefill and a decoding
 graph per bucket). Those graphs are keyed on the identity of non-tensor arguments, and
-``generate()`` makes a new static cache object at every call, so each bucket keeps one cache,
-emptied before each call and passed as ``generate(cache=...)``. Not taken where the model
-already has a ``forward`` of its own (the user's ``wrap_in_hpu_graph``).
+Transformers 5's ``generate()`` makes a new static cache object at every call, so each bucket
+keeps one cache, emptied before each call and passed as ``generate(cache=...)``; 4.x keeps its
+static cache on the model and empties it itself. Not taken where the model already has a
+``forward`` of its own (the user's ``wrap_in_hpu_graph``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from typing import Any
 
 from hpu_plugin.fast_paths.decisions import BY_NAME, GRAPHS_MAX, take
 from hpu_plugin.gaudi import tuning
-from hpu_plugin.hosts.replacing import stay_out
 from hpu_plugin.patching import Patches, is_ours, ours
 from hpu_plugin.registry import Registry
 from hpu_plugin.reporting import say_once
@@ -245,9 +245,6 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     if not (full_attention_only(model) and fixed_rope(model)) or has_module_hooks(model):
         return None
     mode = "lazy" if _lazy() else "eager"
-    if mode == "lazy" and not cache_argument():
-        stay_out("Transformers", NAME, "generate(cache=...) (lazy mode's kept static cache)")
-        return None
     if mode == "eager" and not (hasattr(model, "get_compiled_call") and compilable(model)):
         return None
     if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
@@ -329,6 +326,8 @@ def lazy_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, An
     state = _of(model)
     if state.forward is None:  # a prefill and a decoding graph per bucket
         state.forward = _hpu_graph_func()(_weak_forward(model), max_graphs=2 * budget)
+    if not cache_argument():  # 4.x keeps its static cache on the model and resets it
+        return {}
     kept = state.caches.get((batch, cache))
     if kept is None:
         from transformers import StaticCache
