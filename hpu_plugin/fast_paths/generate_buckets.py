@@ -432,8 +432,7 @@ def make_generate(registry: Registry, patches: Patches,
             mode = inference_graphs.wanted(registry, self, kwargs)
             if mode is None:
                 return original(self, inputs, *args, **kwargs)
-            if mode == "eager":
-                inference_graphs.keep_picklable(patches, type(self))
+            inference_graphs.keep_picklable(patches, type(self))
             return _graphed_generate(registry, original, self, inputs, kwargs, mode)
         before = compilations()
         result, why = _bucketed_generate(registry, original, self, inputs, kwargs)
