@@ -58,6 +58,10 @@ LOSS_TOLERANCE = 2e-2
 # -- inside an arm's process ----------------------------------------------------------------
 
 
+#: Set for the arms whose batches carry an attention mask, as a tokenizer's output does.
+WITH_MASK = "BENCH_ATTENTION_MASK"
+
+
 def rows() -> list[list[int]]:
     return [[3 + (i * 37 + j * 11) % 250 for j in range(LENGTH)] for i in range(BATCH)]
 
@@ -115,6 +119,8 @@ class Data:
         # counts it)
         labels = ids.clone()
         labels[0] = -100
+        if os.environ.get(WITH_MASK):  # what a tokenizer gives: the mask of a row unpadded
+            return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
         return {"input_ids": ids, "labels": labels}
 
 
@@ -286,6 +292,12 @@ def report(results: dict[str, list[dict[str, Any]]], steps: int, tokens: int) ->
         print(f"  {'launches ' + label:<28}{a:>12.2f}{b:>16.2f}{a / b if b else 0:>8.2f}")
     print(f"  {'first Trainer step, s':<28}{model['train']['first_step_s']:>12.2f}"
           f"{optimum['train']['first_step_s']:>16.2f}")
+    masked = {arm: results[f"{arm}-mask"][0]["train"] for arm in ("plugin", "optimum")}
+    print("  batches with an attention mask (as a tokenizer gives them), per bf16 step:")
+    for key in ("launches", "syncs"):
+        a, b = masked["plugin"][key], masked["optimum"][key]
+        ratio = f"{a / b:.2f}" if b else ("-" if not a else "inf")
+        print(f"  {key:<28}{a:>12.2f}{b:>16.2f}{ratio:>8}")
     pl, ol = plugin["train"]["train_loss"], optimum["train"]["train_loss"]
     print(f"  mean training loss: hpu-plugin {pl:.5f}, optimum-habana {ol:.5f} (relative "
           f"difference {abs(pl - ol) / abs(ol):.1e}): "
@@ -320,6 +332,10 @@ def main(argv: list[str] | None = None) -> int:
         results["plugin-model"] = [run_arm(
             sys.executable, "plugin", weights, os.path.join(folder, "recipes-model"),
             args.steps, args.tokens, {"HPU_PLUGIN_TRAIN_GRAPHS_REGION": "model"})]
+        for arm, python in (("plugin", sys.executable), ("optimum", args.optimum_python)):
+            results[f"{arm}-mask"] = [run_arm(
+                python, arm, weights, os.path.join(folder, f"recipes-{arm}-mask"),
+                args.steps, args.tokens, {WITH_MASK: "1"})]
     report(results, args.steps, args.tokens)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))

@@ -12,7 +12,12 @@ model compiles one forward and one backward graph instead of one per layer. Two 
 outside the blocks are compiled too, each shared by every model that has it: Transformers'
 rotary table (the ``*RotaryEmbedding`` module every layer reads) and the loss function the
 model's ``loss_function`` gives (shifting the labels, the float32 cross-entropy and its
-scaling, and their backward: a dozen launches become two).
+scaling, and their backward: a dozen launches become two). And where a batch has an
+attention mask (what tokenizers and data collators give), the 4-D mask Transformers builds
+from it before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin,
+which a modeling module calls by name) is one graph instead of a dozen launches; a forward
+without an attention mask keeps Transformers' own builder, which then lets SDPA apply
+``is_causal`` rather than build a mask.
 
 With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
 forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
@@ -44,6 +49,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import types
 import weakref
 from collections.abc import Callable
@@ -77,6 +83,11 @@ _losses: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per loss function (Transformers' ``LOSS_MAPPING`` entries), its compiled form; ``None``
 #: once its compilation failed.
 _compiled_losses: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+#: Transformers' mask builders (4.53 and later) that a modeling module calls by name.
+MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
+#: The configs of the models whose masks are built by a graph (a builder is given the
+#: config, not the model): by id, held weakly, since a config compares by value.
+_mask_configs: dict[int, weakref.ref[Any]] = {}
 
 
 def repeated_blocks(model: Any) -> list[Any]:
@@ -290,6 +301,47 @@ def _graphed_loss(patches: Patches, cls: type) -> None:
                                                    original.fdel, original.__doc__))
 
 
+def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
+    """``builder`` run compiled for a padding mask on ``hpu`` of a model in
+    :data:`_mask_configs` while gradients are on; itself for every other call, and for every
+    call once its compilation failed (said once)."""
+    import torch
+
+    compiled: list[Any] = [torch.compile(builder, backend=BACKEND)]
+    failures = _compile_failures()
+
+    @functools.wraps(builder)
+    def build(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.get("config", args[0] if args else None)
+        mask = kwargs.get("attention_mask", args[2] if len(args) > 2 else None)
+        held = _mask_configs.get(id(config))
+        if (compiled[0] is not None and held is not None and held() is config
+                and isinstance(mask, torch.Tensor) and mask.device.type == DEVICE_TYPE
+                and torch.is_grad_enabled() and not torch.compiler.is_compiling()):
+            try:
+                return compiled[0](*args, **kwargs)
+            except failures as exc:
+                compiled[0] = None
+                say_once(f"training-graph-failed:{builder.__qualname__}", logging.WARNING,
+                         "hpu_plugin: the compiled %s failed, so masks are built eagerly: %s",
+                         builder.__qualname__, exc)
+        return builder(*args, **kwargs)
+
+    return ours(build)
+
+
+def _graphed_masks(patches: Patches, model: Any) -> None:
+    """Give the modeling modules of ``model``'s classes the graphed mask builders, where
+    they call Transformers' own by name."""
+    modules = {sys.modules.get(type(module).__module__) for module in model.modules()}
+    for module in modules - {None}:
+        for name in MASK_BUILDERS:
+            builder = vars(module).get(name)
+            if (callable(builder) and not is_ours(builder)
+                    and getattr(builder, "__module__", None) == "transformers.masking_utils"):
+                patches.set(module, name, _graphed_mask(builder))
+
+
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
                   model: Any) -> list[Any]:
     """Give the classes of ``model``'s regions their graphed forward where :func:`why_not`
@@ -310,6 +362,7 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
         for cls in {type(module) for module in model.modules()}:
             if not is_ours(vars(cls).get("loss_function")):
                 _graphed_loss(patches, cls)
+        _graphed_masks(patches, model)
     return found
 
 
@@ -326,6 +379,10 @@ def take_regions(model: Any, found: list[Any]) -> None:
         if not whole_model(model):
             _losses.update(module for module in model.modules() if isinstance(
                 inspect.getattr_static(type(module), "loss_function", None), _GraphedLoss))
+            for module in model.modules():
+                config = getattr(module, "config", None)
+                if config is not None:
+                    _mask_configs[id(config)] = weakref.ref(config)
 
 
 def install_prepare(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -354,6 +411,7 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
         _taken.clear()
         _losses.clear()
         _compiled_losses.clear()
+        _mask_configs.clear()
 
     patches.set(cls, "prepare_model", ours(prepare_model))
     patches.on_undo(forget, "training graphs' blocks")

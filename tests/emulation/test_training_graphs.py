@@ -1,6 +1,7 @@
 """Unchanged training code trains through graphs that ``hpu_backend`` compiles: each decoder
-layer, the rotary table and the loss (the default regions), or the whole model's forward and
-loss as one graph (``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, for a model whose class declares
+layer, the rotary table, the attention mask and the loss (the default regions), or the whole
+model's forward and loss as one graph (``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, for a model
+whose class declares
 one graph); a default ``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated
 Gaudi, against the same code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
 
@@ -101,13 +102,13 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
                         timeout=1500).stdout)
     for arm in ("bf16", "fp32", "four"):
         # the model's forward and loss one graph, its backward another; or a forward and a
-        # backward graph per decoder layer, the rotary table's graph and the loss's forward
-        # and backward; and the Trainer's loss filter one more (trainer_syncs); far fewer
-        # launches a step
+        # backward graph per decoder layer, the rotary table's graph, the attention mask's
+        # (the batches have padding masks) and the loss's forward and backward; and the
+        # Trainer's loss filter one more (trainer_syncs); far fewer launches a step
         layers = 4 if arm == "four" else 2
         assert off[arm]["graphs"] == [0] * 5, (arm, off[arm])
         assert model[arm]["graphs"] == [3] * 5, (arm, model[arm])
-        assert blocks[arm]["graphs"] == [2 * layers + 4] * 5, (arm, blocks[arm])
+        assert blocks[arm]["graphs"] == [2 * layers + 5] * 5, (arm, blocks[arm])
         assert max(model[arm]["launches"]) * 4 < min(off[arm]["launches"]), (arm, model, off)
         assert max(blocks[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, blocks, off)
         assert max(model[arm]["launches"]) < min(blocks[arm]["launches"]), (arm, model, blocks)
@@ -115,12 +116,12 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
         assert _close(on["fp32"]["losses"], off["fp32"]["losses"], 1e-4), (on["fp32"], off)
         assert _close(on["bf16"]["losses"], off["bf16"]["losses"], 1e-2), (on["bf16"], off)
     # the first model compiles one forward and one backward recipe and the loss filter's
-    # (with the blocks: the layer's two, the rotary table's and the loss's two); a model of
-    # four layers of the same class, trained next in the process, is a new model graph, but
-    # shares the compiled layer, table and loss with the first
+    # (with the blocks: the layer's two, the rotary table's, the mask's and the loss's two);
+    # a model of four layers of the same class, trained next in the process, is a new model
+    # graph, but shares the compiled layer, table, mask and loss with the first
     compiled = {arm: [on[arm]["compilations"] for arm in ("bf16", "four")]
                 for arm, on in (("model", model), ("blocks", blocks), ("off", off))}
-    assert compiled == {"model": [3, 2], "blocks": [6, 0], "off": [0, 0]}, compiled
+    assert compiled == {"model": [3, 2], "blocks": [7, 0], "off": [0, 0]}, compiled
     # gradient checkpointing recomputes each block, dropout's random numbers would differ in
     # a graph: both keep the eager path and its losses
     for on in (model, blocks):
