@@ -6,9 +6,6 @@ switch."""
 
 from __future__ import annotations
 
-import sys
-import textwrap
-
 
 def test_compile_backend_registers_hpu_backend_and_keeps_its_config_flags(run):
     run("""
@@ -131,16 +128,13 @@ def test_debug_cleanup_recompiles_and_tensor_info_and_loggers_as_the_bridge(run,
     # cache the graph is read back, not compiled; tests/emulation/test_recipe_cache.py)
     log = (tmp_path / "pytorch_log.txt").read_text()
     assert "[PT_COMPILE] shown 2" in log and "hidden" not in log, log
-    # LOG_LEVEL_PT_PYTHON beats LOG_LEVEL_ALL, as the most specific variable does there; a
-    # script that starts with the bridge, before torch, runs through the emulator's launcher
-    script = textwrap.dedent("""
+    # LOG_LEVEL_PT_PYTHON beats LOG_LEVEL_ALL, as the most specific variable does there
+    run("""
         from habana_frameworks.torch.utils import _debug_C
         assert _debug_C.is_log_python_enabled(_debug_C.log_level.debug)
         assert not _debug_C.is_log_python_enabled(_debug_C.log_level.trace)
         assert _debug_C.get_pt_logging_levels()["PT_LAZY"] == 5
-        """)
-    run("", {"LOG_LEVEL_PT_PYTHON": "1", "LOG_LEVEL_ALL": "5"}, args=[
-        sys.executable, "-m", "hpu_emulator", "run", sys.executable, "-c", script])
+        """, {"LOG_LEVEL_PT_PYTHON": "1", "LOG_LEVEL_ALL": "5"})
 
 
 def test_hpu_deterministic_switch_is_the_bridges_own_and_deprecated(run):

@@ -34,14 +34,9 @@ def _env(extra: Mapping[str, str] | None) -> dict[str, str]:
     return env
 
 
-def run_script(script: str, extra_env: Mapping[str, str] | None = None,
-               launcher: bool = False) -> str:
-    """Run ``script``; fail with its output unless it exits 0; return its stdout. With
-    ``launcher``, through ``python -m hpu_emulator run``, as a script that imports the
-    Gaudi software before torch is run on the emulator."""
-    argv = [sys.executable, "-c", textwrap.dedent(script)]
-    argv = [sys.executable, "-m", "hpu_emulator", "run", *argv] if launcher else argv
-    proc = subprocess.run(argv, env=_env(extra_env),
+def run_script(script: str, extra_env: Mapping[str, str] | None = None) -> str:
+    """Run ``script``; fail with its output unless it exits 0; return its stdout."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=_env(extra_env),
                           capture_output=True, text=True, timeout=TIMEOUT)
     if proc.returncode != 0:
         pytest.fail(f"script failed ({proc.returncode})\n--- stdout\n{proc.stdout[-3000:]}\n"

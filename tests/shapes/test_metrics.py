@@ -90,7 +90,7 @@ def test_recipe_cache_metric_exists_only_when_asked_for_as_on_gaudi(run):
     out = run("""
         from habana_frameworks.torch.hpu.metrics import metric_global
         print("RC", metric_global("recipe_cache"))
-    """, launcher=True)
+    """)
     assert "RC None" in out
 
 
