@@ -490,7 +490,7 @@ def test_emulation_beside_real_gaudi_software_is_refused(run, tmp_path):
     (fake / "torch" / "__init__.py").write_text("")
     out = run("""
         import sys, torch
-        # activation refused before the emulator started: no runtime, no stand-ins
+        # only the start-up line's check ran (hpu_emulator.early): no runtime, no stand-ins
         assert not {"hpu_emulator.runtime", "hpu_emulator.startup"} & set(sys.modules)
         assert not any("standins" in entry for entry in sys.path)
         assert not hasattr(torch, "hpu")

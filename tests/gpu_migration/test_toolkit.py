@@ -4,8 +4,6 @@ asked for: ``PT_HPU_GPU_MIGRATION=1``, or the script's own import of the toolkit
 from __future__ import annotations
 
 import json
-import sys
-import textwrap
 
 import pytest
 
@@ -136,20 +134,16 @@ def test_the_api_table_on_two_emulated_gaudi(tmp_path):
 
 def test_a_script_that_imports_the_toolkit_itself(tmp_path):
     """The older way (Gaudi docs): ``import habana_frameworks.torch.gpu_migration`` first;
-    with ``PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION=1`` float16 becomes bfloat16. On the
-    emulator such a script runs through ``python -m hpu_emulator run``, which makes
-    ``habana_frameworks`` importable before torch."""
-    script = textwrap.dedent("""
+    with ``PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION=1`` float16 becomes bfloat16."""
+    script = """
     import habana_frameworks.torch.gpu_migration
     import torch
     print(torch.cuda.is_available(), torch.randn(2, device="cuda").device.type,
           torch.zeros(2, device="cuda", dtype=torch.float16).dtype,
           torch.ones(2).to("cuda", torch.float16).dtype)
-    """)
+    """
     env = emulated_env(tmp_path, PT_HPU_CONVERT_FP16_TO_BF16_FOR_MIGRATION="1")
-    argv = [sys.executable, "-m", "hpu_emulator", "run", sys.executable, "-c", script]
-    assert run("", env, argv=argv).stdout.split() == [
-        "True", "hpu", "torch.bfloat16", "torch.bfloat16"]
+    assert run(script, env).stdout.split() == ["True", "hpu", "torch.bfloat16", "torch.bfloat16"]
 
 
 SAVED_ON_A_GPU = """

@@ -1,9 +1,7 @@
 """``python -m hpu_emulator build``: compile the emulator ahead of time.
 
-Also ``path`` (print the build directory for the installed torch), ``clean`` (delete
-every other cached build: each torch version and each emulator source change has its own)
-and ``run COMMAND`` (run a program with ``habana_frameworks`` importable from its first line:
-:mod:`hpu_emulator.launch`).
+Also ``path`` (print the build directory for the installed torch) and ``clean`` (delete
+every other cached build: each torch version and each emulator source change has its own).
 """
 
 from __future__ import annotations
@@ -22,14 +20,7 @@ def main(argv: list[str] | None = None) -> int:
                            help="rebuild even when the cached build is sound")
     sub.add_parser("path", help="print the build directory for the installed torch")
     sub.add_parser("clean", help="delete cached builds other than this torch's current one")
-    run_cmd = sub.add_parser("run", help="run COMMAND emulating, with habana_frameworks "
-                             "importable before torch (python -m hpu_emulator run python x.py)")
-    run_cmd.add_argument("program", nargs=argparse.REMAINDER, help="the command and its arguments")
     args = parser.parse_args(argv)
-    if args.command == "run":
-        from hpu_emulator.launch import run
-
-        return run(args.program[1:] if args.program[:1] == ["--"] else args.program)
 
     from hpu_emulator import build
     from hpu_emulator.errors import EmulationError
