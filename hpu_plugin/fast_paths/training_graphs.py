@@ -12,7 +12,9 @@ model compiles one forward and one backward graph instead of one per layer. Two 
 outside the blocks are compiled too, each shared by every model that has it: Transformers'
 rotary table (the ``*RotaryEmbedding`` module every layer reads) and the loss function the
 model's ``loss_function`` gives (shifting the labels, the float32 cross-entropy and its
-scaling, and their backward: a dozen launches become two). And where a batch has an
+scaling, and their backward: a dozen launches become two), and the output head (the
+model's ``get_output_embeddings()``, where it is a plain ``nn.Linear``: its casts under
+autocast and its matmuls, forward and backward, become two graphs). And where a batch has an
 attention mask (what tokenizers and data collators give), the 4-D mask Transformers builds
 from it before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin,
 which a modeling module calls by name) is one graph instead of a dozen launches; a forward
@@ -46,6 +48,7 @@ compilation fails runs its own forward from then on, with one warning.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import logging
@@ -83,6 +86,8 @@ _losses: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per loss function (Transformers' ``LOSS_MAPPING`` entries), its compiled form; ``None``
 #: once its compilation failed.
 _compiled_losses: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+#: Per output head class (``nn.Linear``), its compiled forward.
+_compiled_heads: dict[type, Callable[..., Any]] = {}
 #: Transformers' mask builders (4.53 and later) that a modeling module calls by name.
 MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
 #: The configs of the models whose masks are built by a graph (a builder is given the
@@ -124,6 +129,22 @@ def rotary_tables(model: Any, blocks: list[Any]) -> list[Any]:
             if id(module) not in inside and type(module).__name__.endswith("RotaryEmbedding")
             and type(module).__module__.startswith("transformers.")
             and next(iter(module.parameters()), None) is None]
+
+
+def output_head(model: Any, blocks: list[Any]) -> Any | None:
+    """The model's output head, when it is a plain ``nn.Linear`` outside the blocks with no
+    ``forward`` of its own (a LoRA or quantized layer, or the user's forward, stays as it is)."""
+    import torch
+
+    getter = getattr(model, "get_output_embeddings", None)
+    try:
+        head = getter() if callable(getter) else None
+    except Exception:  # a model whose getter is not implemented
+        return None
+    inside = {id(m) for block in blocks for m in block.modules()}
+    if type(head) is torch.nn.Linear and id(head) not in inside and "forward" not in vars(head):
+        return head
+    return None
 
 
 def regions(model: Any) -> list[Any]:
@@ -245,6 +266,43 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     patches.on_undo(undo, f"{cls.__qualname__} compiled forward")
 
 
+class _GraphedHead:
+    """The output head's instance ``forward``: the compiled forward of its class while the
+    model trains through graphs, the class's own otherwise. A model saved whole (pickle,
+    ``torch.save(model)``) saves this as the class's ``forward`` given the head, so it loads
+    and runs where hpu-plugin is not installed; a deep copy is bound to the copy's head."""
+
+    __slots__ = ("__self__",)
+    __hpu_plugin__ = True
+
+    def __init__(self, head: Any) -> None:
+        self.__self__ = head
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import torch
+
+        head = self.__self__
+        cls = type(head)
+        if head.training and head in _taken and torch.is_grad_enabled() and not (
+                torch.compiler.is_compiling()):
+            if cls not in _compiled_heads:
+                _compiled_heads[cls] = torch.compile(cls.forward, backend=BACKEND)
+            try:
+                return _compiled_heads[cls](head, *args, **kwargs)
+            except _compile_failures() as exc:
+                _taken.discard(head)
+                say_once(f"training-graph-failed:head:{cls.__qualname__}", logging.WARNING,
+                         "hpu_plugin: the output head's compiled forward failed, so it trains "
+                         "eagerly: %s", exc)
+        return cls.forward(head, *args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (functools.partial, (type(self.__self__).forward, self.__self__))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _GraphedHead:
+        return _GraphedHead(copy.deepcopy(self.__self__, memo))
+
+
 class _GraphedLoss(property):
     """A model class's ``loss_function`` that gives the compiled loss while the model trains
     through graphs (a property: Transformers chooses the loss per model)."""
@@ -363,6 +421,10 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
             if not is_ours(vars(cls).get("loss_function")):
                 _graphed_loss(patches, cls)
         _graphed_masks(patches, model)
+        head = output_head(model, found)
+        if head is not None:
+            patches.set_on_instance(head, "forward", _GraphedHead(head))
+            return [*found, head]
     return found
 
 
@@ -412,6 +474,7 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
         _losses.clear()
         _compiled_losses.clear()
         _mask_configs.clear()
+        _compiled_heads.clear()
 
     patches.set(cls, "prepare_model", ours(prepare_model))
     patches.on_undo(forget, "training graphs' blocks")

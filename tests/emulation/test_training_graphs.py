@@ -1,9 +1,9 @@
 """Unchanged training code trains through graphs that ``hpu_backend`` compiles: each decoder
-layer, the rotary table, the attention mask and the loss (the default regions), or the whole
-model's forward and loss as one graph (``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, for a model
-whose class declares
-one graph); a default ``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated
-Gaudi, against the same code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
+layer, the rotary table, the attention mask, the output head and the loss (the default
+regions), or the whole model's forward and loss as one graph
+(``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, for a model whose class declares one graph); a
+default ``Trainer`` and a plain ``accelerator.prepare`` loop, on the emulated Gaudi, against
+the same code with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``.
 
 The tolerances are torch's own for compiled against eager training in float32 (1e-4
 absolute and relative, ``torch._dynamo.testing.same``'s default) and Transformers' for bf16
@@ -17,7 +17,7 @@ import pytest
 from processes import TRAINING_ROWS, result_of
 
 SCRIPT = TRAINING_ROWS + r"""
-import json, os
+import copy as copy_module, io, json, os
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
 from hpu_emulator import counters
 from habana_frameworks.torch.hpu.metrics import metric_global
@@ -39,6 +39,14 @@ def llama(layers, **config):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         pad_token_id=0, **config))
 
+class Recording:  # a pickle module for torch.load that notes the modules a pickle names
+    import pickle
+    modules = set()
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            Recording.modules.add(module)
+            return super().find_class(module, name)
+
 def compilations():
     return dict(metric_global("graph_compilation").stats())["TotalNumber"]
 
@@ -52,8 +60,26 @@ def train(bf16, layers=2, config=None, **options):
     trainer = Trainer(model=llama(layers, **(config or {})), args=args, train_dataset=Rows(),
                       data_collator=collate, callbacks=[seen, steps])
     trainer.train()
+    if options:  # gradient checkpointing's input hook (Transformers') cannot be pickled
+        return {"losses": seen.losses, "launches": steps.launches[1:],
+                "graphs": steps.graphs[1:], "compilations": compilations() - before}
+    # saved whole and copied after training through graphs: the copies run as the model does
+    buffer = io.BytesIO()
+    torch.save(trainer.model, buffer)
+    buffer.seek(0)
+    restored = torch.load(buffer, weights_only=False, pickle_module=Recording)
+    ids = torch.tensor([[3, 5, 7, 9]], device=trainer.model.device)
+    with torch.no_grad():
+        logits = trainer.model.eval()(ids).logits.float()
+        copies = [copy.eval()(ids).logits.float()
+                  for copy in (restored, copy_module.deepcopy(trainer.model))]
+    # (bf16's tolerance: under mixed precision the loaded copy's forward is not wrapped in
+    # Accelerate's autocast as the model's is, with or without graphs)
+    saved = all(torch.allclose(c, logits, rtol=1e-2, atol=1e-2) for c in copies)
+    # it loads where hpu-plugin is not installed: nothing of the plugin is in the pickle
+    saved = saved and not any(m.split(".")[0] == "hpu_plugin" for m in Recording.modules)
     return {"losses": seen.losses, "launches": steps.launches[1:], "graphs": steps.graphs[1:],
-            "compilations": compilations() - before}
+            "compilations": compilations() - before, "saved": saved}
 
 arm = os.environ["ARM"]
 if arm == "trainer":
@@ -103,25 +129,27 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
     for arm in ("bf16", "fp32", "four"):
         # the model's forward and loss one graph, its backward another; or a forward and a
         # backward graph per decoder layer, the rotary table's graph, the attention mask's
-        # (the batches have padding masks) and the loss's forward and backward; and the
-        # Trainer's loss filter one more (trainer_syncs); far fewer launches a step
+        # (the batches have padding masks), the output head's forward and backward and the
+        # loss's; and the Trainer's loss filter one more (trainer_syncs); far fewer launches
         layers = 4 if arm == "four" else 2
         assert off[arm]["graphs"] == [0] * 5, (arm, off[arm])
         assert model[arm]["graphs"] == [3] * 5, (arm, model[arm])
-        assert blocks[arm]["graphs"] == [2 * layers + 5] * 5, (arm, blocks[arm])
+        assert blocks[arm]["graphs"] == [2 * layers + 7] * 5, (arm, blocks[arm])
         assert max(model[arm]["launches"]) * 4 < min(off[arm]["launches"]), (arm, model, off)
         assert max(blocks[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, blocks, off)
         assert max(model[arm]["launches"]) < min(blocks[arm]["launches"]), (arm, model, blocks)
+        assert model[arm]["saved"] and blocks[arm]["saved"] and off[arm]["saved"], arm
     for on in (model, blocks):
         assert _close(on["fp32"]["losses"], off["fp32"]["losses"], 1e-4), (on["fp32"], off)
         assert _close(on["bf16"]["losses"], off["bf16"]["losses"], 1e-2), (on["bf16"], off)
     # the first model compiles one forward and one backward recipe and the loss filter's
-    # (with the blocks: the layer's two, the rotary table's, the mask's and the loss's two);
-    # a model of four layers of the same class, trained next in the process, is a new model
-    # graph, but shares the compiled layer, table, mask and loss with the first
+    # (with the blocks: the layer's two, the rotary table's, the mask's, the head's two and
+    # the loss's two); a model of four layers of the same class, trained next in the
+    # process, is a new model graph, but shares the compiled layer, table, mask, head and
+    # loss with the first
     compiled = {arm: [on[arm]["compilations"] for arm in ("bf16", "four")]
                 for arm, on in (("model", model), ("blocks", blocks), ("off", off))}
-    assert compiled == {"model": [3, 2], "blocks": [7, 0], "off": [0, 0]}, compiled
+    assert compiled == {"model": [3, 2], "blocks": [9, 0], "off": [0, 0]}, compiled
     # gradient checkpointing recomputes each block, dropout's random numbers would differ in
     # a graph: both keep the eager path and its losses
     for on in (model, blocks):
@@ -135,7 +163,8 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
     on = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
     off = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
                         timeout=600).stdout)
-    # a forward and a backward graph per decoder layer, the rotary table's, the loss's
-    # forward and backward (no Trainer: no loss filter)
-    assert on["graphs"] == [7] * 4 and off["graphs"] == [0] * 4, (on, off)
+    # a forward and a backward graph per decoder layer, the rotary table's, the output
+    # head's and the loss's forward and backward (no Trainer: no loss filter; no attention
+    # mask given: Transformers' own builder)
+    assert on["graphs"] == [9] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
