@@ -19,7 +19,9 @@ attention mask (what tokenizers and data collators give), the 4-D mask Transform
 from it before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin,
 which a modeling module calls by name) is one graph instead of a dozen launches; a forward
 without an attention mask keeps Transformers' own builder, which then lets SDPA apply
-``is_causal`` rather than build a mask.
+``is_causal`` rather than build a mask; the builder is then not given the position ids
+where the model numbered the tokens itself (no position ids passed to it), since it would
+read them back to the host to look for packed sequences, which such numbering never has.
 
 With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
 forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
@@ -48,6 +50,7 @@ compilation fails runs its own forward from then on, with one warning.
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import functools
 import inspect
@@ -93,6 +96,10 @@ MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
 #: The configs of the models whose masks are built by a graph (a builder is given the
 #: config, not the model): by id, held weakly, since a config compares by value.
 _mask_configs: dict[int, weakref.ref[Any]] = {}
+#: Whether the innermost Transformers model running now was called without position ids,
+#: so that it numbers the tokens itself (0, 1, 2, ... after the cache's length).
+_own_positions: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "hpu_plugin_own_positions", default=False)
 
 
 def repeated_blocks(model: Any) -> list[Any]:
@@ -367,15 +374,19 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
 
     compiled: list[Any] = [torch.compile(builder, backend=BACKEND)]
     failures = _compile_failures()
+    parameters = list(inspect.signature(builder).parameters)
+    at = parameters.index("position_ids") if "position_ids" in parameters else None
 
     @functools.wraps(builder)
     def build(*args: Any, **kwargs: Any) -> Any:
         config = kwargs.get("config", args[0] if args else None)
         mask = kwargs.get("attention_mask", args[2] if len(args) > 2 else None)
         held = _mask_configs.get(id(config))
-        if (compiled[0] is not None and held is not None and held() is config
-                and isinstance(mask, torch.Tensor) and mask.device.type == DEVICE_TYPE
-                and torch.is_grad_enabled() and not torch.compiler.is_compiling()):
+        if (held is None or held() is not config or not torch.is_grad_enabled()
+                or torch.compiler.is_compiling()):
+            return builder(*args, **kwargs)
+        if (compiled[0] is not None and isinstance(mask, torch.Tensor)
+                and mask.device.type == DEVICE_TYPE):
             try:
                 return compiled[0](*args, **kwargs)
             except failures as exc:
@@ -383,21 +394,57 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
                 say_once(f"training-graph-failed:{builder.__qualname__}", logging.WARNING,
                          "hpu_plugin: the compiled %s failed, so masks are built eagerly: %s",
                          builder.__qualname__, exc)
+        elif mask is None and at is not None and _own_positions.get():
+            # Without a mask Transformers reads the position ids back to the host to look
+            # for packed sequences; the model's own numbering has none, so that wait (and
+            # its launches) is skipped. Position ids the caller gave are still checked.
+            if len(args) > at:
+                args = (*args[:at], None, *args[at + 1:])
+            else:
+                kwargs["position_ids"] = None
         return builder(*args, **kwargs)
 
     return ours(build)
 
 
-def _graphed_masks(patches: Patches, model: Any) -> None:
+def _graphed_masks(patches: Patches, model: Any) -> bool:
     """Give the modeling modules of ``model``'s classes the graphed mask builders, where
-    they call Transformers' own by name."""
+    they call Transformers' own by name; whether ``model`` builds its masks through them."""
     modules = {sys.modules.get(type(module).__module__) for module in model.modules()}
+    found = False
     for module in modules - {None}:
         for name in MASK_BUILDERS:
             builder = vars(module).get(name)
             if (callable(builder) and not is_ours(builder)
                     and getattr(builder, "__module__", None) == "transformers.masking_utils"):
                 patches.set(module, name, _graphed_mask(builder))
+            found = found or is_ours(vars(module).get(name))
+    return found
+
+
+def _numbering_forward(patches: Patches, cls: type) -> None:
+    """Give the Transformers model class ``cls`` a forward that notes, for the mask
+    builder, whether this call numbers its tokens itself (no position ids given)."""
+    import torch
+
+    original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
+    parameters = list(inspect.signature(original).parameters)
+    if "position_ids" not in parameters:
+        return
+    at = parameters.index("position_ids")  # counting ``self``, as ``args`` below does not
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self.training or torch.compiler.is_compiling():
+            return original(self, *args, **kwargs)
+        given = args[at - 1] if len(args) >= at else kwargs.get("position_ids")
+        token = _own_positions.set(given is None)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _own_positions.reset(token)
+
+    patches.set(cls, "forward", ours(forward))
 
 
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
@@ -420,7 +467,11 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
         for cls in {type(module) for module in model.modules()}:
             if not is_ours(vars(cls).get("loss_function")):
                 _graphed_loss(patches, cls)
-        _graphed_masks(patches, model)
+        if _graphed_masks(patches, model):
+            for cls in {type(module) for module in model.modules()
+                        if hasattr(type(module), "base_model_prefix")}:
+                if not is_ours(vars(cls).get("forward")):
+                    _numbering_forward(patches, cls)
         head = output_head(model, found)
         if head is not None:
             patches.set_on_instance(head, "forward", _GraphedHead(head))

@@ -89,20 +89,27 @@ if arm == "trainer":
 else:  # a plain Accelerate loop, as the Accelerate docs write it
     from accelerate import Accelerator
     accelerator = Accelerator()
-    model = llama(2)
+    model = llama(2, use_cache=False)  # for training, as the Trainer sets it by default
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
     ids = torch.tensor([[3 + (i * 5 + j) % 90 for j in range(16)] for i in range(2)])
-    losses, graphs = [], []
+    # two sequences of 8 packed in each row, told by their position ids (as
+    # DataCollatorWithFlattening gives them), for the PACKED arm
+    given = {"position_ids": torch.arange(16).remainder(8).expand(2, 16).to(
+        accelerator.device)} if os.environ.get("PACKED") else {}
+    losses, graphs, syncs = [], [], []
     for _ in range(4):
-        start = counters.snapshot().get("compiled_graphs", 0)
-        loss = model(input_ids=ids.to(accelerator.device), labels=ids.to(accelerator.device)).loss
+        start = counters.snapshot()
+        loss = model(input_ids=ids.to(accelerator.device), labels=ids.to(accelerator.device),
+                     **given).loss
         accelerator.backward(loss)
         optimizer.step()
         optimizer.zero_grad()
+        end = counters.snapshot()
         losses.append(loss.item())
-        graphs.append(counters.snapshot().get("compiled_graphs", 0) - start)
-    result = {"losses": losses, "graphs": graphs}
+        graphs.append(end.get("compiled_graphs", 0) - start.get("compiled_graphs", 0))
+        syncs.append(end["syncs"] - start["syncs"])
+    result = {"losses": losses, "graphs": graphs, "syncs": syncs}
 print("RESULT" + json.dumps(result))
 """
 
@@ -168,3 +175,20 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
     # mask given: Transformers' own builder)
     assert on["graphs"] == [9] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
+    # without a mask Transformers reads the position ids back to look for packed sequences:
+    # a wait on the host each step, unless the model numbered the tokens itself
+    assert on["syncs"] == [0] * 4 and off["syncs"] == [1] * 4, (on, off)
+
+
+@pytest.mark.e2e
+def test_packed_sequences_given_by_position_ids_keep_their_own_mask(run):
+    packed = {**ENV, "ARM": "accelerate", "PACKED": "1"}
+    on = result_of(run(SCRIPT, packed, timeout=600).stdout)
+    off = result_of(run(SCRIPT, {**packed, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=600).stdout)
+    unpacked = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
+    # the position ids the caller gave are checked as Transformers checks them: each
+    # sequence attends only to itself, so the losses are the eager path's, not the unpacked
+    assert on["syncs"] == off["syncs"] == [1] * 4, (on, off)
+    assert _close(on["losses"], off["losses"], 1e-4), (on, off)
+    assert not _close(on["losses"], unpacked["losses"], 1e-3), (on, unpacked)
