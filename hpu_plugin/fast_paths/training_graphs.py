@@ -235,12 +235,28 @@ def _headed_for_hpu(accelerator: Any, model: Any) -> bool:
         accelerator, "device_placement", True))
 
 
+@functools.cache
 def _compile_failures() -> tuple[type[BaseException], ...]:
     import torch._dynamo.exc as dynamo_exc
 
     return tuple(error for name in ("BackendCompilerFailed", "Unsupported",
                                     "InternalTorchDynamoError", "TorchRuntimeError")
                  if isinstance(error := getattr(dynamo_exc, name, None), type))
+
+
+def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], what: str,
+                       turn_off: Callable[[], None], *args: Any, **kwargs: Any) -> Any:
+    """``compiled(*args, **kwargs)``; where it fails to compile, ``turn_off`` (so the eager
+    form runs from then on), one warning naming ``what``, and ``eager``'s result: a fast
+    path never stops the user's training."""
+    try:
+        return compiled(*args, **kwargs)
+    except _compile_failures() as exc:
+        turn_off()
+        say_once(f"training-graph-failed:{what}", logging.WARNING,
+                 "hpu_plugin: the compiled %s failed, so it runs eagerly from now on: %s",
+                 what, exc)
+    return eager(*args, **kwargs)
 
 
 def _graphed_forward(patches: Patches, cls: type) -> None:
@@ -251,19 +267,15 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
     compiled = torch.compile(original, backend=BACKEND)
     _compiled[cls] = compiled
-    failures = _compile_failures()
+    what = f"forward of {cls.__qualname__}"
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if self.training and self in _taken and torch.is_grad_enabled() and not (
                 torch.compiler.is_compiling()):
-            try:
-                return compiled(self, *args, **kwargs)
-            except failures as exc:
-                _taken.discard(self)
-                say_once(f"training-graph-failed:{cls.__qualname__}", logging.WARNING,
-                         "hpu_plugin: %s's compiled forward failed, so it trains eagerly: %s",
-                         cls.__name__, exc)
+            return _compiled_or_eager(compiled, original, what,
+                                      functools.partial(_taken.discard, self),
+                                      self, *args, **kwargs)
         return original(self, *args, **kwargs)
 
     def undo() -> None:
@@ -294,13 +306,9 @@ class _GraphedHead:
                 torch.compiler.is_compiling()):
             if cls not in _compiled_heads:
                 _compiled_heads[cls] = torch.compile(cls.forward, backend=BACKEND)
-            try:
-                return _compiled_heads[cls](head, *args, **kwargs)
-            except _compile_failures() as exc:
-                _taken.discard(head)
-                say_once(f"training-graph-failed:head:{cls.__qualname__}", logging.WARNING,
-                         "hpu_plugin: the output head's compiled forward failed, so it trains "
-                         "eagerly: %s", exc)
+            return _compiled_or_eager(_compiled_heads[cls], cls.forward, "output head",
+                                      functools.partial(_taken.discard, head),
+                                      head, *args, **kwargs)
         return cls.forward(head, *args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -327,18 +335,12 @@ def _compiled_loss(function: Callable[..., Any]) -> Callable[..., Any]:
     compiled = _compiled_losses[function]
     if compiled is None:
         return function
-    failures = _compile_failures()
+    turn_off = functools.partial(_compiled_losses.__setitem__, function, None)
 
     @functools.wraps(function)
     def loss(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return compiled(*args, **kwargs)
-        except failures as exc:
-            _compiled_losses[function] = None
-            say_once(f"training-graph-failed:{function.__qualname__}", logging.WARNING,
-                     "hpu_plugin: the compiled %s failed, so it runs eagerly: %s",
-                     function.__qualname__, exc)
-        return function(*args, **kwargs)
+        return _compiled_or_eager(compiled, function, function.__qualname__, turn_off,
+                                  *args, **kwargs)
 
     return loss
 
@@ -373,7 +375,6 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
     import torch
 
     compiled: list[Any] = [torch.compile(builder, backend=BACKEND)]
-    failures = _compile_failures()
     parameters = list(inspect.signature(builder).parameters)
     at = parameters.index("position_ids") if "position_ids" in parameters else None
 
@@ -387,14 +388,10 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
             return builder(*args, **kwargs)
         if (compiled[0] is not None and isinstance(mask, torch.Tensor)
                 and mask.device.type == DEVICE_TYPE):
-            try:
-                return compiled[0](*args, **kwargs)
-            except failures as exc:
-                compiled[0] = None
-                say_once(f"training-graph-failed:{builder.__qualname__}", logging.WARNING,
-                         "hpu_plugin: the compiled %s failed, so masks are built eagerly: %s",
-                         builder.__qualname__, exc)
-        elif mask is None and at is not None and _own_positions.get():
+            return _compiled_or_eager(compiled[0], builder, builder.__qualname__,
+                                      functools.partial(compiled.__setitem__, 0, None),
+                                      *args, **kwargs)
+        if mask is None and at is not None and _own_positions.get():
             # Without a mask Transformers reads the position ids back to the host to look
             # for packed sequences; the model's own numbering has none, so that wait (and
             # its launches) is skipped. Position ids the caller gave are still checked.
