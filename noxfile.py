@@ -3,7 +3,9 @@
 ``nox -s oldest middle`` runs two entries; ``nox`` runs them all. Each session installs its
 file and this package into ``.nox/<entry>``, builds the emulator's runtime for that torch,
 runs the host adapters' tests and the end-to-end reference page (``tests/hosts``,
-``tests/e2e``; extra arguments go to pytest), and records what it measured in
+``tests/e2e``), on the ``gaudi-`` entries the emulation tests as well (``tests/emulation``:
+training and inference graphs, fp8, MoE and several cards on the torch a Gaudi release
+ships; extra arguments go to pytest), and records what it measured in
 ``docs/version-matrix-results.json`` and the results table of ``docs/version-matrix.md``:
 the date, the installed versions, the test counts and the time of each phase. Commit those
 two files after a run: they are the record of what the matrix last showed.
@@ -31,6 +33,7 @@ TABLE = ROOT / "docs" / "version-matrix.md"
 TABLE_START = "<!-- results: written by noxfile.py -->"
 TABLE_END = "<!-- end of results -->"
 TESTS = ("tests/hosts", "tests/e2e")
+GAUDI_TESTS = (*TESTS, "tests/emulation")
 VERSIONS = (
     "import importlib.metadata as m, json, sys; print(json.dumps({'python': sys.version.split()[0],"
     " **{d: m.version(d) for d in ('torch', 'transformers', 'accelerate')}}))"
@@ -114,7 +117,8 @@ def _run_entry(session: nox.Session, requirements: Path) -> None:
     start = time.monotonic()
     # Exit code 1 (tests failed) is recorded like a pass; anything else (pytest could not
     # run) stops here.
-    session.run("pytest", *TESTS, f"--junitxml={junit}", *session.posargs, success_codes=[0, 1])
+    tests = GAUDI_TESTS if requirements.stem.startswith("gaudi-") else TESTS
+    session.run("pytest", *tests, f"--junitxml={junit}", *session.posargs, success_codes=[0, 1])
     seconds["tests"] = round(time.monotonic() - start)
     counts = _counts(junit)
     _record(
@@ -122,7 +126,7 @@ def _run_entry(session: nox.Session, requirements: Path) -> None:
         {
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "versions": versions,
-            "tests": " ".join([*TESTS, *session.posargs]),
+            "tests": " ".join([*tests, *session.posargs]),
             "counts": counts,
             "seconds": seconds,
             "fresh_venv": fresh,

@@ -18,10 +18,15 @@ from importlib import metadata
 import pytest
 from processes import TRAINING_ROWS, result_of
 
+TRANSFORMERS = int(metadata.version("transformers").split(".")[0])
 #: The host syncs a step of Transformers' check of the position ids for packed sequences,
 #: made for a batch without an attention mask: 5.x reads its answer on the host, 4.x
 #: builds the packed mask without reading it.
-PACKED_CHECK_SYNCS = 1 if int(metadata.version("transformers").split(".")[0]) >= 5 else 0
+PACKED_CHECK_SYNCS = 1 if TRANSFORMERS >= 5 else 0
+#: The model region's graphs a step, and its compilations for a first model and a deeper
+#: one: Transformers 4's Llama creates its key-value cache (``DynamicCache()``) in training
+#: too (its ``Trainer`` leaves ``use_cache`` on), where Dynamo breaks the model's graph.
+MODEL_GRAPHS, MODEL_COMPILATIONS = (3, [3, 2]) if TRANSFORMERS >= 5 else (7, [7, 2])
 
 SCRIPT = TRAINING_ROWS + r"""
 import copy as copy_module, io, json, os
@@ -147,7 +152,7 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
         # loss's; and the Trainer's loss filter one more (trainer_syncs); far fewer launches
         layers = 4 if arm == "four" else 2
         assert off[arm]["graphs"] == [0] * 5, (arm, off[arm])
-        assert model[arm]["graphs"] == [3] * 5, (arm, model[arm])
+        assert model[arm]["graphs"] == [MODEL_GRAPHS] * 5, (arm, model[arm])
         assert blocks[arm]["graphs"] == [2 * layers + 7] * 5, (arm, blocks[arm])
         assert max(model[arm]["launches"]) * 4 < min(off[arm]["launches"]), (arm, model, off)
         assert max(blocks[arm]["launches"]) * 2 < min(off[arm]["launches"]), (arm, blocks, off)
@@ -163,7 +168,7 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
     # loss with the first
     compiled = {arm: [on[arm]["compilations"] for arm in ("bf16", "four")]
                 for arm, on in (("model", model), ("blocks", blocks), ("off", off))}
-    assert compiled == {"model": [3, 2], "blocks": [9, 0], "off": [0, 0]}, compiled
+    assert compiled == {"model": MODEL_COMPILATIONS, "blocks": [9, 0], "off": [0, 0]}, compiled
     # gradient checkpointing recomputes each block, dropout's random numbers would differ in
     # a graph: both keep the eager path and its losses
     for on in (model, blocks):

@@ -2,8 +2,9 @@
 (``hpu_plugin/hosts/support.py``, what ``hpu-plugin info`` says), the README's supported
 range, and the results the matrix last recorded (all passed, at those versions).
 
-Not part of the matrix sessions (they run tests/hosts and tests/e2e): the recorded results
-are what those sessions write, so checking them there would be circular.
+Not part of the matrix sessions (they run tests/hosts, tests/e2e and, on the gaudi- entries,
+tests/emulation): the recorded results are what those sessions write, so checking them
+there would be circular.
 """
 
 from __future__ import annotations
