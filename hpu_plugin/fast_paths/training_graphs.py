@@ -432,8 +432,9 @@ def _numbering_forward(patches: Patches, cls: type) -> None:
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if not self.training or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
             return original(self, *args, **kwargs)
+        # set in evaluation too: a frozen inner model must not inherit the outer one's answer
         given = args[at - 1] if len(args) >= at else kwargs.get("position_ids")
         token = _own_positions.set(given is None)
         try:
