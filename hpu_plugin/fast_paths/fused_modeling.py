@@ -18,7 +18,6 @@ they are. Only classes whose arithmetic is Llama's (``weight * x / rms(x)``, ``e
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 import types
@@ -175,28 +174,26 @@ def fused_rms_forward(self: Any, hidden_states: Any) -> Any:
     return weight * normed.to(hidden_states.dtype)
 
 
-class FusedForward:
+#: A bound method pickles as ``getattr(layer, its function's name)``: named ``forward``, a
+#: model saved whole (``torch.save(model)``, pickle) loads with each layer's class
+#: ``forward``, and runs as Transformers wrote it where hpu-plugin is not installed.
+fused_rms_forward.__name__ = "forward"
+
+
+def fused_forward(norm: Any) -> types.MethodType:
     """:func:`fused_rms_forward` bound to one norm layer, as its instance's ``forward``.
 
-    A model is saved whole (``torch.save(model)``, pickle) with each layer's instance state,
-    so this pickles as the layer's class ``forward`` given the layer (a ``functools.partial``):
-    the saved model loads and runs as Transformers wrote it, also where hpu-plugin is not
-    installed. A deep copy of the model is bound to the copy's layer and keeps the kernel."""
+    A bound method, not another callable, so that a model compiled whole or in regions
+    compiles one graph for all its layers: Dynamo guards a layer's own bound ``forward`` by
+    its function, shared by every layer, and any other callable by its identity, which would
+    compile each layer again. A deep copy of the model is bound to the copy's layer and
+    keeps the kernel."""
+    return types.MethodType(fused_rms_forward, norm)
 
-    __slots__ = ("__self__",)
-    __hpu_plugin__ = True
 
-    def __init__(self, norm: Any) -> None:
-        self.__self__ = norm
-
-    def __call__(self, hidden_states: Any) -> Any:
-        return fused_rms_forward(self.__self__, hidden_states)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (functools.partial, (type(self.__self__).forward, self.__self__))
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> FusedForward:
-        return FusedForward(copy.deepcopy(self.__self__, memo))
+def _fused(norm: Any) -> bool:
+    bound = vars(norm).get("forward")
+    return isinstance(bound, types.MethodType) and bound.__func__ is fused_rms_forward
 
 
 def _forward_is_the_class_own(norm: Any) -> bool:
@@ -204,8 +201,8 @@ def _forward_is_the_class_own(norm: Any) -> bool:
     with the kernel loads with): a ``forward`` set by the user is theirs and stays."""
     bound = vars(norm).get("forward")
     return bound is None or (
-        isinstance(bound, functools.partial) and bound.func is type(norm).forward
-        and len(bound.args) == 1 and bound.args[0] is norm and not bound.keywords
+        isinstance(bound, types.MethodType) and bound.__func__ is type(norm).forward
+        and bound.__self__ is norm
     )
 
 
@@ -225,12 +222,12 @@ def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
     candidates = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
                   and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
                   and m.weight.device.type == DEVICE_TYPE]
-    given = sum(1 for m in candidates if isinstance(vars(m).get("forward"), FusedForward))
+    given = sum(1 for m in candidates if _fused(m))
     norms = [m for m in candidates if _forward_is_the_class_own(m)]
     if norms and take(registry, "fused_rms_norm",
                       {"model": getattr(model.config, "model_type", "")}):
         for norm in norms:
-            patches.set_on_instance(norm, "forward", FusedForward(norm))
+            patches.set_on_instance(norm, "forward", fused_forward(norm))
         given += len(norms)
     if not _fused_counts:
         patches.on_undo(_fused_counts.clear, "fused RMSNorm: the models looked at")
