@@ -14,14 +14,15 @@ rotary table (the ``*RotaryEmbedding`` module every layer reads) and the loss fu
 model's ``loss_function`` gives (shifting the labels, the float32 cross-entropy and its
 scaling, and their backward: a dozen launches become two), and the output head (the
 model's ``get_output_embeddings()``, where it is a plain ``nn.Linear``: its casts under
-autocast and its matmuls, forward and backward, become two graphs). And where a batch has an
-attention mask (what tokenizers and data collators give), the 4-D mask Transformers builds
-from it before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin,
-which a modeling module calls by name) is one graph instead of a dozen launches; a forward
-without an attention mask keeps Transformers' own builder, which then lets SDPA apply
-``is_causal`` rather than build a mask; the builder is then not given the position ids
-where the model numbered the tokens itself (no position ids passed to it), since it would
-read them back to the host to look for packed sequences, which such numbering never has.
+autocast and its matmuls, forward and backward, become two graphs), and the RMSNorm after
+the last block where it has no fused kernel (Gemma's). The 4-D masks Transformers builds
+before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin, which a
+modeling module calls by name) are one graph each instead of a dozen launches: from a
+batch's attention mask (what tokenizers and data collators give), and without one where the
+model numbered the tokens itself (no position ids passed to it; SDPA's ``is_causal`` then
+needs no mask, and the builder's graph is empty). The builder is then not given the position
+ids, since it would read them back to the host to look for packed sequences, which such
+numbering never has; position ids the caller gave keep Transformers' own builder and check.
 
 With ``HPU_PLUGIN_TRAIN_GRAPHS_REGION=model``, where the model's class declares that its
 forward compiles as one graph (Transformers' ``_can_compile_fullgraph``, which Llama, Qwen,
@@ -138,6 +139,17 @@ def rotary_tables(model: Any, blocks: list[Any]) -> list[Any]:
             and next(iter(module.parameters()), None) is None]
 
 
+def final_norms(model: Any, blocks: list[Any]) -> list[Any]:
+    """Transformers' RMSNorm layers outside the blocks (the norm after the last layer) that
+    run their class's own forward: a handful of ops each way, where the fused kernel (the
+    layer's own bound forward) is already one."""
+    inside = {id(m) for block in blocks for m in block.modules()}
+    return [module for module in model.modules()
+            if id(module) not in inside and type(module).__name__.endswith("RMSNorm")
+            and type(module).__module__.startswith("transformers.")
+            and "forward" not in vars(module)]
+
+
 def output_head(model: Any, blocks: list[Any]) -> Any | None:
     """The model's output head, when it is a plain ``nn.Linear`` outside the blocks with no
     ``forward`` of its own (a LoRA or quantized layer, or the user's forward, stays as it is)."""
@@ -155,12 +167,14 @@ def output_head(model: Any, blocks: list[Any]) -> Any | None:
 
 
 def regions(model: Any) -> list[Any]:
-    """What is compiled: the model itself (:func:`whole_model`), else its repeated blocks and
-    the rotary tables they read."""
+    """What is compiled: the model itself (:func:`whole_model`), else its repeated blocks,
+    the rotary tables they read and the norm after them."""
     if whole_model(model):
         return [model]
     blocks = [module for found in repeated_blocks(model) for module in found]
-    return blocks + rotary_tables(model, blocks) if blocks else []
+    if not blocks:
+        return []
+    return blocks + rotary_tables(model, blocks) + final_norms(model, blocks)
 
 
 def _user_compiled(accelerator: Any, model: Any) -> bool:
@@ -386,11 +400,6 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
         if (held is None or held() is not config or not torch.is_grad_enabled()
                 or torch.compiler.is_compiling()):
             return builder(*args, **kwargs)
-        if (compiled[0] is not None and isinstance(mask, torch.Tensor)
-                and mask.device.type == DEVICE_TYPE):
-            return _compiled_or_eager(compiled[0], builder, builder.__qualname__,
-                                      functools.partial(compiled.__setitem__, 0, None),
-                                      *args, **kwargs)
         if mask is None and at is not None and _own_positions.get():
             # Without a mask Transformers reads the position ids back to the host to look
             # for packed sequences; the model's own numbering has none, so that wait (and
@@ -399,7 +408,13 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
                 args = (*args[:at], None, *args[at + 1:])
             else:
                 kwargs["position_ids"] = None
-        return builder(*args, **kwargs)
+        elif not (isinstance(mask, torch.Tensor) and mask.device.type == DEVICE_TYPE):
+            return builder(*args, **kwargs)
+        if compiled[0] is None:
+            return builder(*args, **kwargs)
+        return _compiled_or_eager(compiled[0], builder, builder.__qualname__,
+                                  functools.partial(compiled.__setitem__, 0, None),
+                                  *args, **kwargs)
 
     return ours(build)
 

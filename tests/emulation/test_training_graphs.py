@@ -51,6 +51,14 @@ def llama(layers, **config):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
         pad_token_id=0, **config))
 
+def gemma(layers):  # a norm of its own (1 + weight: no fused kernel) and sliding windows
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+    torch.manual_seed(0)
+    return Gemma2ForCausalLM(Gemma2Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+        sliding_window=8, pad_token_id=0, use_cache=False))
+
 class Recording:  # a pickle module for torch.load that notes the modules a pickle names
     import pickle
     modules = set()
@@ -107,7 +115,8 @@ if arm == "trainer":
 else:  # a plain Accelerate loop, as the Accelerate docs write it
     from accelerate import Accelerator
     accelerator = Accelerator()
-    model = llama(2, use_cache=False)  # for training, as the Trainer sets it by default
+    # use_cache=False for training, as the Trainer sets it by default
+    model = gemma(2) if arm == "gemma" else llama(2, use_cache=False)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model, optimizer = accelerator.prepare(model, optimizer)
     ids = torch.tensor([[3 + (i * 5 + j) % 90 for j in range(16)] for i in range(2)])
@@ -192,15 +201,30 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
     on = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
     off = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
                         timeout=600).stdout)
-    # a forward and a backward graph per decoder layer, the rotary table's, the output
-    # head's and the loss's forward and backward (no Trainer: no loss filter; no attention
-    # mask given: Transformers' own builder)
-    assert on["graphs"] == [9] * 4 and off["graphs"] == [0] * 4, (on, off)
+    # a forward and a backward graph per decoder layer, the rotary table's, the final
+    # norm's (no Trainer: not fused), the output head's and the loss's forward and backward
+    # (no Trainer: no loss filter; no attention mask given, and SDPA applies is_causal: no
+    # mask to build)
+    assert on["graphs"] == [11] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
     # without a mask Transformers looks for packed sequences in the position ids (5.x
     # waits on the host for it each step), unless the model numbered the tokens itself
     assert on["syncs"] == [0] * 4, (on, off)
     assert off["syncs"] == [PACKED_CHECK_SYNCS] * 4, (on, off)
+
+
+@pytest.mark.e2e
+def test_masks_built_without_an_attention_mask_and_an_unfused_norm_are_graphs(run):
+    # Gemma 2 builds a causal and a sliding-window mask even without an attention mask, and
+    # its norm (1 + weight) has no fused kernel: both are graphs, with the eager losses
+    on = result_of(run(SCRIPT, {**ENV, "ARM": "gemma"}, timeout=600).stdout)
+    off = result_of(run(SCRIPT, {**ENV, "ARM": "gemma", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=600).stdout)
+    # two per layer, the rotary table's, the two masks', and two each for the final norm,
+    # the output head and the loss
+    assert on["graphs"] == [13] * 4 and off["graphs"] == [0] * 4, (on, off)
+    assert _close(on["losses"], off["losses"], 1e-4), (on, off)
+    assert on["syncs"] == [0] * 4, on
 
 
 @pytest.mark.e2e
