@@ -19,8 +19,9 @@ the last block where it has no fused kernel (Gemma's). The 4-D masks Transformer
 before the layers (``masking_utils.create_causal_mask`` and its sliding-window twin, which a
 modeling module calls by name) are one graph each instead of a dozen launches: from a
 batch's attention mask (what tokenizers and data collators give), and without one where the
-model numbered the tokens itself (no position ids passed to it; SDPA's ``is_causal`` then
-needs no mask, and the builder's graph is empty). The builder is then not given the position
+model numbered the tokens itself (no position ids passed to it), once the builder built a
+mask for the model without one (Gemma 2's sliding windows; where it returns none, SDPA
+applies ``is_causal`` and the builder stays eager). The builder is then not given the position
 ids, since it would read them back to the host to look for packed sequences, which such
 numbering never has; position ids the caller gave keep Transformers' own builder and check.
 
@@ -391,6 +392,10 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
     compiled: list[Any] = [torch.compile(builder, backend=BACKEND)]
     parameters = list(inspect.signature(builder).parameters)
     at = parameters.index("position_ids") if "position_ids" in parameters else None
+    #: The configs (by id, held weakly) whose models built a mask without an attention mask:
+    #: where the builder returns none (SDPA's ``is_causal``), it stays eager, since
+    #: Transformers before 5 (and on torch before 2.14) never skips the mask while compiling.
+    unmasked: dict[int, weakref.ref[Any]] = {}
 
     @functools.wraps(builder)
     def build(*args: Any, **kwargs: Any) -> Any:
@@ -408,6 +413,12 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
                 args = (*args[:at], None, *args[at + 1:])
             else:
                 kwargs["position_ids"] = None
+            known = unmasked.get(id(config))
+            if known is None or known() is not config:
+                built = builder(*args, **kwargs)
+                if built is not None:  # a mask all the same: a graph from the next call on
+                    unmasked[id(config)] = weakref.ref(config)
+                return built
         elif not (isinstance(mask, torch.Tensor) and mask.device.type == DEVICE_TYPE):
             return builder(*args, **kwargs)
         if compiled[0] is None:

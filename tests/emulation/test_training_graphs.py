@@ -27,6 +27,14 @@ PACKED_CHECK_SYNCS = 1 if TRANSFORMERS >= 5 else 0
 #: one: Transformers 4's Llama creates its key-value cache (``DynamicCache()``) in training
 #: too (its ``Trainer`` leaves ``use_cache`` on), where Dynamo breaks the model's graph.
 MODEL_GRAPHS, MODEL_COMPILATIONS = (3, [3, 2]) if TRANSFORMERS >= 5 else (7, [7, 2])
+#: The graphs Dynamo traces for a deeper model trained after one of the same class: none, or,
+#: where that cache is on, one for each layer the first model did not have (each layer
+#: appends its own layer to the cache, so the layer's trace is specialised to its index).
+DEEPER_MODEL_TRACES = 0 if TRANSFORMERS >= 5 else 2
+#: The masks Gemma 2 builds without an attention mask: its causal and its sliding-window mask
+#: with eager attention (Transformers 5's choice for it); with SDPA (4.x's) the causal one is
+#: SDPA's ``is_causal`` and only the sliding-window mask is built.
+GEMMA_MASKS = 2 if TRANSFORMERS >= 5 else 1
 
 SCRIPT = TRAINING_ROWS + r"""
 import copy as copy_module, io, json, os
@@ -187,7 +195,7 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
     # and Dynamo traces the decoder layer once for every layer of both models, so that the
     # first step of a deep model costs one layer's trace (the fused norms are every layer's
     # own bound forward, which Dynamo guards by function, not by object)
-    assert blocks["four"]["traced"] == 0, blocks["four"]
+    assert blocks["four"]["traced"] == DEEPER_MODEL_TRACES, blocks["four"]
     # gradient checkpointing recomputes each block, dropout's random numbers would differ in
     # a graph: both keep the eager path and its losses
     for on in (model, blocks):
@@ -203,8 +211,8 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
                         timeout=600).stdout)
     # a forward and a backward graph per decoder layer, the rotary table's, the final
     # norm's (no Trainer: not fused), the output head's and the loss's forward and backward
-    # (no Trainer: no loss filter; no attention mask given, and SDPA applies is_causal: no
-    # mask to build)
+    # (no Trainer: no loss filter; no attention mask given, and SDPA applies is_causal: the
+    # builder returns no mask and stays eager)
     assert on["graphs"] == [11] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
     # without a mask Transformers looks for packed sequences in the position ids (5.x
@@ -220,9 +228,11 @@ def test_masks_built_without_an_attention_mask_and_an_unfused_norm_are_graphs(ru
     on = result_of(run(SCRIPT, {**ENV, "ARM": "gemma"}, timeout=600).stdout)
     off = result_of(run(SCRIPT, {**ENV, "ARM": "gemma", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
                         timeout=600).stdout)
-    # two per layer, the rotary table's, the two masks', and two each for the final norm,
-    # the output head and the loss
-    assert on["graphs"] == [13] * 4 and off["graphs"] == [0] * 4, (on, off)
+    # two per layer, the rotary table's, one per mask built (from the second step on: the
+    # first finds that the model builds it without an attention mask), and two each for the
+    # final norm, the output head and the loss
+    assert on["graphs"] == [11] + [11 + GEMMA_MASKS] * 3, (on, off)
+    assert off["graphs"] == [0] * 4, off
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
     assert on["syncs"] == [0] * 4, on
 
