@@ -393,8 +393,8 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
     parameters = list(inspect.signature(builder).parameters)
     at = parameters.index("position_ids") if "position_ids" in parameters else None
     #: The configs (by id, held weakly) whose models built a mask without an attention mask:
-    #: where the builder returns none (SDPA's ``is_causal``), it stays eager, since
-    #: Transformers before 5 (and on torch before 2.14) never skips the mask while compiling.
+    #: where the builder returns none (SDPA's ``is_causal``), it stays eager, since compiled
+    #: it builds the full mask on Transformers 4, and on 5 with torch 2.11 (torch 2.13 skips).
     unmasked: dict[int, weakref.ref[Any]] = {}
 
     @functools.wraps(builder)
