@@ -1,17 +1,16 @@
 """Every change the package makes to what it does not own, recorded and reversible.
 
-Attributes, environment variables and ``sys.path`` entries all go through a :class:`Patches`:
-recorded in ``made`` (``hpu-plugin info`` lists it) and undone newest first by its one
-``undo``. :data:`this_process` holds every ``Patches`` of the process, the plugin registry,
-what stayed out and the summary. What the real Gaudi stack also changes for the life of a
-process is left outside on purpose (docs/architecture.md lists each).
+Attributes and environment variables go through a :class:`Patches`, any other change
+through its ``on_undo``: recorded in ``made`` (``hpu-plugin info`` lists it) and undone
+newest first by its one ``undo``. :data:`this_process` holds every ``Patches`` of the
+process, the plugin registry, what stayed out and the summary. What the real Gaudi stack
+also changes for the life of a process is left outside on purpose (docs/architecture.md
+lists each).
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 import threading
 import types
 import weakref
@@ -120,23 +119,6 @@ class Patches:
     def setenv(self, name: str, value: str) -> None:
         """``os.environ[name] = value``, restored (or removed again) on undo."""
         self.set_item(os.environ, name, value, environ_entry(name))
-
-    def add_path(self, entry: str) -> None:
-        """Append ``entry`` to ``sys.path`` unless it is there. Undo removes it and forgets
-        the modules imported from it, so nothing of it stays in use."""
-        if entry in sys.path:
-            return
-        sys.path.append(entry)
-
-        def undo() -> None:
-            if entry in sys.path:
-                sys.path.remove(entry)
-            importlib.invalidate_caches()
-            for name, module in list(sys.modules.items()):
-                if (getattr(module, "__file__", None) or "").startswith(entry):
-                    del sys.modules[name]
-
-        self.on_undo(undo, f"sys.path += {entry!r}")
 
     def undo(self) -> None:
         while self._undo:

@@ -3,6 +3,8 @@ accepted values; good values describe the server and the process's view of it.""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hpu_emulator import config
@@ -139,3 +141,23 @@ def test_hlsmi_prints_what_the_plugin_parses_back(key, capsys, monkeypatch):
     generation = generation_from_name(rows[0]["name"])
     assert generation is not None and generation.name == read(HPU_PLUGIN_EMULATE=key).device_name
     assert hlsmi.parse_mib(rows[0]["memory.total"]) == generation.memory_gib * 1024
+
+
+def test_a_search_path_entry_is_withdrawn_with_the_modules_found_there(tmp_path) -> None:
+    from hpu_emulator import runtime
+    from hpu_plugin.patching import Patches
+
+    (tmp_path / "hpu_test_standin.py").write_text("VALUE = 1\n")
+    entry = str(tmp_path)
+    patches = Patches()
+    runtime.add_to_search_path(entry, patches)
+    runtime.add_to_search_path(entry, patches)  # already there: recorded once
+    try:
+        import hpu_test_standin  # type: ignore[import-not-found]
+
+        assert hpu_test_standin.VALUE == 1
+        assert patches.made == [f"sys.path += {entry!r}"]
+    finally:
+        patches.undo()
+    assert entry not in sys.path
+    assert "hpu_test_standin" not in sys.modules

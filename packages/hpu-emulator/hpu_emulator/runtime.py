@@ -7,12 +7,14 @@ their top. Bringing the emulator up is ``startup.start``, which fills it in.
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from pathlib import Path
 from types import ModuleType
 
 from hpu_emulator import config as _config
-from hpu_plugin.patching import this_process
+from hpu_plugin.patching import Patches, this_process
 
 #: The stand-ins for ``habana_frameworks`` and its companions (package data, each marked
 #: with ``hpu_plugin.gaudi.software.STANDIN_MARKER``); on ``sys.path`` only while emulating.
@@ -38,12 +40,31 @@ def add_standins() -> None:
     would see the real one; a child that imports torch starts its own emulator.
     """
     entry = str(STANDINS)
-    search_path.add_path(entry)
+    add_to_search_path(entry)
     inherited = os.environ.get("PYTHONPATH", "")
     if entry not in inherited.split(os.pathsep):
         search_path.set_item(
             os.environ, "PYTHONPATH", inherited + os.pathsep + entry if inherited else entry,
             "os.environ['PYTHONPATH'] (the stand-ins, for child processes)")
+
+
+def add_to_search_path(entry: str, patches: Patches | None = None) -> None:
+    """Append ``entry`` to ``sys.path`` unless it is there, recorded in ``patches``
+    (:data:`search_path`). Undone, it is removed and the modules imported from it are
+    forgotten, so nothing of it stays in use."""
+    if entry in sys.path:
+        return
+    sys.path.append(entry)
+
+    def undo() -> None:
+        if entry in sys.path:
+            sys.path.remove(entry)
+        importlib.invalidate_caches()
+        for name, module in list(sys.modules.items()):
+            if (getattr(module, "__file__", None) or "").startswith(entry):
+                del sys.modules[name]
+
+    (search_path if patches is None else patches).on_undo(undo, f"sys.path += {entry!r}")
 
 
 def append_to_path(directory: str, why: str) -> None:
