@@ -130,25 +130,27 @@ def whole_model(model: Any) -> bool:
         getattr(type(model), "_can_compile_fullgraph", False))
 
 
+def _outside(model: Any, blocks: list[Any], suffix: str) -> list[Any]:
+    """Transformers' modules outside the blocks whose class name ends with ``suffix``."""
+    inside = {id(m) for block in blocks for m in block.modules()}
+    return [module for module in model.modules()
+            if id(module) not in inside and type(module).__name__.endswith(suffix)
+            and type(module).__module__.startswith("transformers.")]
+
+
 def rotary_tables(model: Any, blocks: list[Any]) -> list[Any]:
     """Transformers' rotary embedding modules outside the blocks (``*RotaryEmbedding``, no
     parameters): the cosine and sine tables every layer reads, a handful of ops each step."""
-    inside = {id(m) for block in blocks for m in block.modules()}
-    return [module for module in model.modules()
-            if id(module) not in inside and type(module).__name__.endswith("RotaryEmbedding")
-            and type(module).__module__.startswith("transformers.")
-            and next(iter(module.parameters()), None) is None]
+    return [module for module in _outside(model, blocks, "RotaryEmbedding")
+            if next(iter(module.parameters()), None) is None]
 
 
 def final_norms(model: Any, blocks: list[Any]) -> list[Any]:
     """Transformers' RMSNorm layers outside the blocks (the norm after the last layer) that
     run their class's own forward: a handful of ops each way, where the fused kernel (the
     layer's own bound forward) is already one."""
-    inside = {id(m) for block in blocks for m in block.modules()}
-    return [module for module in model.modules()
-            if id(module) not in inside and type(module).__name__.endswith("RMSNorm")
-            and type(module).__module__.startswith("transformers.")
-            and "forward" not in vars(module)]
+    return [module for module in _outside(model, blocks, "RMSNorm")
+            if "forward" not in vars(module)]
 
 
 def output_head(model: Any, blocks: list[Any]) -> Any | None:

@@ -48,7 +48,7 @@ def add_standins() -> None:
             "os.environ['PYTHONPATH'] (the stand-ins, for child processes)")
 
 
-def add_to_search_path(entry: str, patches: Patches | None = None) -> None:
+def add_to_search_path(entry: str, patches: Patches = search_path) -> None:
     """Append ``entry`` to ``sys.path`` unless it is there, recorded in ``patches``
     (:data:`search_path`). Undone, it is removed and the modules imported from it are
     forgotten, so nothing of it stays in use."""
@@ -64,7 +64,7 @@ def add_to_search_path(entry: str, patches: Patches | None = None) -> None:
             if (getattr(module, "__file__", None) or "").startswith(entry):
                 del sys.modules[name]
 
-    (search_path if patches is None else patches).on_undo(undo, f"sys.path += {entry!r}")
+    patches.on_undo(undo, f"sys.path += {entry!r}")
 
 
 def append_to_path(directory: str, why: str) -> None:
