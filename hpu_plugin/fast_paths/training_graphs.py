@@ -34,18 +34,23 @@ own. Its compilation grows with the depth (dynamo traces every layer, the graph 
 compiles them all), where the blocks' region, the default, compiles one layer however deep
 the model: the first step of a model of 80 layers stays a matter of seconds.
 
-Only ``forward`` is compiled, not ``__call__``: module hooks, gradient checkpointing's
-wrapper and Transformers' output recorders run as before around it. The compiled forward
-runs only while the module is training with gradients on; evaluation, ``generate()`` and
-every model not prepared on ``hpu`` run the class's own forward (the one check is a set
-lookup per call, not per op). The model's class is given its forward before Accelerate
-prepares the model, since its mixed precision wraps the forward the class has then.
+Only ``forward`` is compiled, not ``__call__``: module hooks and Transformers' output
+recorders run as before around it. Gradient checkpointing (TRL's default) keeps its memory:
+Transformers 5 checkpoints inside a layer's forward, so the checkpoint is traced into the
+layer's graph and recomputed inside its backward graph (AOT autograd's partitioner, which
+the Gaudi bridge's backend uses and tests with ``torch.utils.checkpoint``); Transformers 4
+checkpoints around the forward, which then runs compiled inside the checkpoint. The
+compiled forward runs only while the module is training with gradients on; evaluation,
+``generate()`` and every model not prepared on ``hpu`` run the class's own forward (the one
+check is a set lookup per call, not per op). The parts get it as their instance's
+``forward``, so that the class's stays Transformers' own; the model's region gets it on the
+model's class before Accelerate prepares the model, since its mixed precision wraps the
+instance's forward.
 
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
-``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with gradient
-checkpointing (its recomputation would run the graph twice), with dropout in the blocks (a
-graph draws other random numbers than eager mode, so the losses would differ), for a model
+``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with dropout in the
+blocks (a graph draws other random numbers than eager mode, so the losses would differ), for a model
 without repeated blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
 compilation fails runs its own forward from then on, with one warning.
 """
@@ -84,15 +89,14 @@ PLAIN = ("NO", "MULTI_HPU")
 
 #: The blocks that train through their class's compiled forward.
 _taken: weakref.WeakSet[Any] = weakref.WeakSet()
-#: Per block class, its compiled forward (one Dynamo cache for every layer of that class).
+#: Per class of a part (a block, the rotary table, the final norm, the output head) or of a
+#: model (the model's region), its compiled forward: one Dynamo cache for every layer.
 _compiled: dict[type, Callable[..., Any]] = {}
 #: The models whose loss function runs compiled (the blocks' region leaves it outside).
 _losses: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per loss function (Transformers' ``LOSS_MAPPING`` entries), its compiled form; ``None``
 #: once its compilation failed.
 _compiled_losses: dict[Callable[..., Any], Callable[..., Any] | None] = {}
-#: Per output head class (``nn.Linear``), its compiled forward.
-_compiled_heads: dict[type, Callable[..., Any]] = {}
 #: Transformers' mask builders (4.53 and later) that a modeling module calls by name.
 MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
 #: The configs of the models whose masks are built by a graph (a builder is given the
@@ -221,11 +225,6 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
         return "lazy mode (PT_HPU_LAZY_MODE=1) makes graphs of its own; torch.compile is not used"
     if _user_compiled(accelerator, model):
         return "the model is compiled by the user's choice"
-    checkpointing = next((name for name in ("is_activation_checkpointing",
-                                            "is_gradient_checkpointing")
-                          if hasattr(type(model), name)), None)  # 5.x renamed it
-    if checkpointing is not None and getattr(model, checkpointing):
-        return "gradient checkpointing recomputes each block in the backward"
     blocks = repeated_blocks(model)
     if not blocks:
         return f"{type(model).__name__} has no repeated blocks"
@@ -277,8 +276,10 @@ def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], 
 
 
 def _graphed_forward(patches: Patches, cls: type) -> None:
-    """Give ``cls`` a forward that runs the compiled one for the modules in :data:`_taken`
-    while they train with gradients on (through ``patches``: undoing restores it)."""
+    """Give the model class ``cls`` a forward that runs the compiled one for the models in
+    :data:`_taken` while they train with gradients on (through ``patches``: undoing restores
+    it). The model's region only: its class, since Accelerate's mixed precision wraps the
+    instance's forward as it prepares the model."""
     import torch
 
     original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
@@ -302,37 +303,45 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     patches.on_undo(undo, f"{cls.__qualname__} compiled forward")
 
 
-class _GraphedHead:
-    """The output head's instance ``forward``: the compiled forward of its class while the
-    model trains through graphs, the class's own otherwise. A model saved whole (pickle,
-    ``torch.save(model)``) saves this as the class's ``forward`` given the head, so it loads
-    and runs where hpu-plugin is not installed; a deep copy is bound to the copy's head."""
+class _GraphedPart:
+    """A part's instance ``forward`` (a block, the rotary table, the final norm, the output
+    head): the compiled forward of its class, shared by every module of that class, while
+    the model trains through graphs; the class's own otherwise.
+
+    Set on the instance, so that the class's forward stays as Transformers made it: 5.x
+    wraps a layer's forward in its gradient checkpointing, which checkpoints only where it is
+    the class's forward. The checkpoint is then traced into the graph, and ``hpu_backend``
+    (AOT autograd's partitioner) recomputes the layer inside the backward graph, keeping the
+    memory checkpointing saves. A model saved whole (pickle, ``torch.save(model)``) saves
+    this as the class's ``forward`` given the module, so it loads and runs where hpu-plugin is
+    not installed; a deep copy is bound to the copy's module."""
 
     __slots__ = ("__self__",)
     __hpu_plugin__ = True
 
-    def __init__(self, head: Any) -> None:
-        self.__self__ = head
+    def __init__(self, module: Any) -> None:
+        self.__self__ = module
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         import torch
 
-        head = self.__self__
-        cls = type(head)
-        if head.training and head in _taken and torch.is_grad_enabled() and not (
+        module = self.__self__
+        cls = type(module)
+        if module.training and module in _taken and torch.is_grad_enabled() and not (
                 torch.compiler.is_compiling()):
-            if cls not in _compiled_heads:
-                _compiled_heads[cls] = torch.compile(cls.forward, backend=BACKEND)
-            return _compiled_or_eager(_compiled_heads[cls], cls.forward, "output head",
-                                      functools.partial(_taken.discard, head),
-                                      head, *args, **kwargs)
-        return cls.forward(head, *args, **kwargs)
+            if cls not in _compiled:
+                _compiled[cls] = torch.compile(cls.forward, backend=BACKEND)
+            return _compiled_or_eager(_compiled[cls], cls.forward,
+                                      f"forward of {cls.__qualname__}",
+                                      functools.partial(_taken.discard, module),
+                                      module, *args, **kwargs)
+        return cls.forward(module, *args, **kwargs)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (functools.partial, (type(self.__self__).forward, self.__self__))
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> _GraphedHead:
-        return _GraphedHead(copy.deepcopy(self.__self__, memo))
+    def __deepcopy__(self, memo: dict[int, Any]) -> _GraphedPart:
+        return _GraphedPart(copy.deepcopy(self.__self__, memo))
 
 
 class _GraphedLoss(property):
@@ -486,23 +495,24 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
         log.debug("hpu_plugin: training graphs not taken for %s: %s", type(model).__name__, why)
         return []
     found = regions(model)
-    for cls in {type(module) for module in found}:
-        if not is_ours(vars(cls).get("forward")):
-            _graphed_forward(patches, cls)
-    if not whole_model(model):  # the model's class, or the one a wrapper (PEFT) holds
-        for cls in {type(module) for module in model.modules()}:
-            if not is_ours(vars(cls).get("loss_function")):
-                _graphed_loss(patches, cls)
-        if _graphed_masks(patches, model):
-            for cls in {type(module) for module in model.modules()
-                        if hasattr(type(module), "base_model_prefix")}:
-                if not is_ours(vars(cls).get("forward")):
-                    _numbering_forward(patches, cls)
-        head = output_head(model, found)
-        if head is not None:
-            patches.set_on_instance(head, "forward", _GraphedHead(head))
-            return [*found, head]
-    return found
+    if whole_model(model):
+        for cls in {type(module) for module in found}:
+            if not is_ours(vars(cls).get("forward")):
+                _graphed_forward(patches, cls)
+        return found
+    head = output_head(model, found)
+    found = [module for module in found if "forward" not in vars(module)]  # yours stays
+    for module in [*found, head] if head is not None else found:
+        patches.set_on_instance(module, "forward", _GraphedPart(module))
+    for cls in {type(module) for module in model.modules()}:  # the model's, or PEFT's
+        if not is_ours(vars(cls).get("loss_function")):
+            _graphed_loss(patches, cls)
+    if _graphed_masks(patches, model):
+        for cls in {type(module) for module in model.modules()
+                    if hasattr(type(module), "base_model_prefix")}:
+            if not is_ours(vars(cls).get("forward")):
+                _numbering_forward(patches, cls)
+    return [*found, head] if head is not None else found
 
 
 def graphed(model: Any) -> bool:
@@ -551,7 +561,7 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
         _losses.clear()
         _compiled_losses.clear()
         _mask_configs.clear()
-        _compiled_heads.clear()
+        _compiled.clear()
 
     patches.set(cls, "prepare_model", ours(prepare_model))
     patches.on_undo(forget, "training graphs' blocks")
