@@ -3,8 +3,8 @@
 Importing torch._dynamo inside ``import torch`` would slow every program down and risks
 import cycles, so a post-import hook (``hpu_plugin.importhook``, the one the host adapters
 use) adds the backend as the registry module loads (the real stack defers its compilers the
-same way). On the emulator the backend is ``aot_eager``: Inductor has no HPU device, on
-hardware as here.
+same way). On the emulator the backend is AOT autograd with the bridge's partitioner and
+eager kernels: Inductor has no HPU device, on hardware as here.
 """
 
 from __future__ import annotations
@@ -41,15 +41,17 @@ def hpu_backend(graph_module: Any, example_inputs: Any, **kwargs: Any) -> Any:
     try:
         from torch._dynamo.backends.common import aot_autograd
         from torch._dynamo.backends.debugging import boxed_nop
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        from torch._functorch.partitioners import default_partition
     except ImportError:  # another torch layout: run uncounted rather than not at all
         return lookup_backend("aot_eager")(graph_module, example_inputs)
     from hpu_emulator.recipes import counted
 
-    return aot_autograd(  # aot_eager's own recipe, with counting compilers
+    # The bridge's partitioner is torch's default one (``default_partition``: it saves what
+    # the backward reads, and recomputes only what activation checkpointing tagged).
+    return aot_autograd(
         fw_compiler=_observed(counted(boxed_nop, "fwd")),
         bw_compiler=_observed(counted(boxed_nop, "bwd")),
-        partition_fn=min_cut_rematerialization_partition,
+        partition_fn=default_partition,
         keep_inference_input_mutations=True,
     )(graph_module, example_inputs)
 
