@@ -13,6 +13,7 @@ length buckets (padding that changes no loss) and keep the sampler's order.
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import metadata
 
 import pytest
@@ -280,6 +281,67 @@ def test_packed_sequences_given_by_position_ids_keep_their_own_mask(run):
     assert on["syncs"] == off["syncs"] == [PACKED_CHECK_SYNCS] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
     assert not _close(on["losses"], unpacked["losses"], 1e-3), (on, unpacked)
+
+
+#: TRL's SFTTrainer as its documentation writes it (its defaults: gradient checkpointing on),
+#: with a word-level tokenizer and a tiny Llama built here.
+TRL_SFT = r"""
+import json, tempfile
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from trl import SFTConfig, SFTTrainer
+from hpu_emulator import counters
+
+words = {f"w{i}": i for i in range(90)} | {"<pad>": 90, "<eos>": 91, "<unk>": 92}
+model = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+model.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>",
+                                    eos_token="<eos>", unk_token="<unk>")
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    pad_token_id=90, eos_token_id=91))
+data = Dataset.from_dict({"text": [" ".join(f"w{(i * 7 + j * 3) % 90}" for j in range(8 + i % 9))
+                                   for i in range(32)]})
+
+class Steps(TrainerCallback):
+    graphs, launches = [], []
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.start = counters.snapshot()
+    def on_step_end(self, args, state, control, **kwargs):
+        end = counters.snapshot()
+        self.launches.append(end["launches"] - self.start["launches"])
+        self.graphs.append(end.get("compiled_graphs", 0) - self.start.get("compiled_graphs", 0))
+
+args = SFTConfig(output_dir=tempfile.mkdtemp(), max_steps=4, per_device_train_batch_size=4,
+                 bf16=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                     callbacks=[Steps()])
+trainer.train()
+print("RESULT" + json.dumps({
+    "checkpointing": args.gradient_checkpointing, "graphs": Steps.graphs[1:],
+    "launches": Steps.launches[1:],
+    "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
+                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+def test_trl_sft_with_its_defaults_trains_through_graphs(run):
+    on = result_of(run(TRL_SFT, ENV, timeout=900).stdout)
+    off = result_of(run(TRL_SFT, {**ENV, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"}, timeout=900).stdout)
+    # with its default gradient checkpointing: a forward and a backward graph per layer, the
+    # rotary table's, the mask's and the loss filter's (TRL's own LM head, with its chunked
+    # log-probabilities, and its metrics run op by op)
+    assert on["checkpointing"] and off["checkpointing"], (on, off)
+    assert on["graphs"] == [7] * 3, on
+    assert off["graphs"] == [0] * 3, off
+    assert max(on["launches"]) * 2 < min(off["launches"]), (on, off)
+    assert _close(on["losses"], off["losses"], 1e-2), (on, off)
 
 
 #: A model of the user's own (no Transformers) whose blocks call the user's custom op, whose
