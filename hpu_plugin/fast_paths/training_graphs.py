@@ -337,6 +337,11 @@ class _GraphedPart:
                                       module, *args, **kwargs)
         return cls.forward(module, *args, **kwargs)
 
+    @property
+    def __signature__(self) -> inspect.Signature:
+        """The class's forward's, bound: code that reads a module's parameters reads them."""
+        return inspect.signature(types.MethodType(type(self.__self__).forward, self.__self__))
+
     def __reduce__(self) -> tuple[Any, ...]:
         return (functools.partial, (type(self.__self__).forward, self.__self__))
 
