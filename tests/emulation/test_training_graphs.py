@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 from importlib import metadata
+from typing import Any
 
 import pytest
 from processes import TRAINING_ROWS, result_of
@@ -41,11 +42,10 @@ DEEPER_MODEL_TRACES = 0 if TRANSFORMERS >= 5 else 2
 #: SDPA's ``is_causal`` and only the sliding-window mask is built.
 GEMMA_MASKS = 2 if TRANSFORMERS >= 5 else 1
 
-SCRIPT = TRAINING_ROWS + r"""
-import copy as copy_module, io, json, os
-from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+#: A callback that counts each step's launches and compiled graphs (the first step's too).
+STEPS = r"""
+from transformers import TrainerCallback
 from hpu_emulator import counters
-from habana_frameworks.torch.hpu.metrics import metric_global
 
 class Steps(TrainerCallback):
     def __init__(self):
@@ -56,6 +56,12 @@ class Steps(TrainerCallback):
         end = counters.snapshot()
         self.launches.append(end["launches"] - self.start["launches"])
         self.graphs.append(end.get("compiled_graphs", 0) - self.start.get("compiled_graphs", 0))
+"""
+
+SCRIPT = TRAINING_ROWS + STEPS + r"""
+import copy as copy_module, io, json, os
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+from habana_frameworks.torch.hpu.metrics import metric_global
 
 def llama(layers, **config):
     torch.manual_seed(0)
@@ -159,6 +165,15 @@ print("RESULT" + json.dumps(result))
 ENV = {"TRANSFORMERS_VERBOSITY": "error"}
 
 
+def _on_and_off(run: Any, script: str, env: dict[str, str],
+                timeout: int = 600) -> tuple[Any, Any]:
+    """The script's result with the training graphs (the default) and with them off."""
+    on = result_of(run(script, env, timeout=timeout).stdout)
+    off = result_of(run(script, {**env, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=timeout).stdout)
+    return on, off
+
+
 def _close(got: list[float], want: list[float], tolerance: float) -> bool:
     return len(got) == len(want) and all(
         abs(g - w) <= tolerance + tolerance * abs(w) for g, w in zip(got, want, strict=True))
@@ -219,9 +234,7 @@ def test_a_default_trainer_trains_through_graphs_with_eager_losses(run):
 
 @pytest.mark.e2e
 def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
-    on = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
-    off = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
-                        timeout=600).stdout)
+    on, off = _on_and_off(run, SCRIPT, {**ENV, "ARM": "accelerate"})
     # a forward and a backward graph per decoder layer, the rotary table's, the final
     # norm's (no Trainer: not fused), the output head's and the loss's forward and backward
     # (no Trainer: no loss filter; no attention mask given, and SDPA applies is_causal: the
@@ -241,9 +254,7 @@ def test_gradient_checkpointing_keeps_its_memory_in_graphs(run):
     # graph; Transformers 4 checkpoints around the compiled forward. Either way the memory a
     # forward leaves for the backward is checkpointing's, not the full activations'.
     checkpointing = {**ENV, "ARM": "accelerate", "CHECKPOINTING": "1"}
-    on = result_of(run(SCRIPT, checkpointing, timeout=600).stdout)
-    off = result_of(run(SCRIPT, {**checkpointing, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
-                         timeout=600).stdout)
+    on, off = _on_and_off(run, SCRIPT, checkpointing)
     full = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
     assert on["graphs"] == full["graphs"] == [11] * 4 and off["graphs"] == [0] * 4, (on, off)
     assert _close(on["losses"], off["losses"], 1e-4), (on, off)
@@ -257,9 +268,7 @@ def test_gradient_checkpointing_keeps_its_memory_in_graphs(run):
 def test_masks_built_without_an_attention_mask_and_an_unfused_norm_are_graphs(run):
     # Gemma 2 builds a causal and a sliding-window mask even without an attention mask, and
     # its norm (1 + weight) has no fused kernel: both are graphs, with the eager losses
-    on = result_of(run(SCRIPT, {**ENV, "ARM": "gemma"}, timeout=600).stdout)
-    off = result_of(run(SCRIPT, {**ENV, "ARM": "gemma", "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
-                        timeout=600).stdout)
+    on, off = _on_and_off(run, SCRIPT, {**ENV, "ARM": "gemma"})
     # two per layer, the rotary table's, one per mask built (from the second step on: the
     # first finds that the model builds it without an attention mask), and two each for the
     # final norm, the output head and the loss
@@ -272,9 +281,7 @@ def test_masks_built_without_an_attention_mask_and_an_unfused_norm_are_graphs(ru
 @pytest.mark.e2e
 def test_packed_sequences_given_by_position_ids_keep_their_own_mask(run):
     packed = {**ENV, "ARM": "accelerate", "PACKED": "1"}
-    on = result_of(run(SCRIPT, packed, timeout=600).stdout)
-    off = result_of(run(SCRIPT, {**packed, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
-                        timeout=600).stdout)
+    on, off = _on_and_off(run, SCRIPT, packed)
     unpacked = result_of(run(SCRIPT, {**ENV, "ARM": "accelerate"}, timeout=600).stdout)
     # the position ids the caller gave are checked as Transformers checks them: each
     # sequence attends only to itself, so the losses are the eager path's, not the unpacked
@@ -285,14 +292,13 @@ def test_packed_sequences_given_by_position_ids_keep_their_own_mask(run):
 
 #: TRL's SFTTrainer as its documentation writes it (its defaults: gradient checkpointing on),
 #: with a word-level tokenizer and a tiny Llama built here.
-TRL_SFT = r"""
+TRL_SFT = STEPS + r"""
 import json, tempfile
 import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast, TrainerCallback
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import SFTConfig, SFTTrainer
-from hpu_emulator import counters
 
 words = {f"w{i}": i for i in range(90)} | {"<pad>": 90, "<eos>": 91, "<unk>": 92}
 model = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
@@ -307,23 +313,15 @@ model = LlamaForCausalLM(LlamaConfig(
 data = Dataset.from_dict({"text": [" ".join(f"w{(i * 7 + j * 3) % 90}" for j in range(8 + i % 9))
                                    for i in range(32)]})
 
-class Steps(TrainerCallback):
-    graphs, launches = [], []
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.start = counters.snapshot()
-    def on_step_end(self, args, state, control, **kwargs):
-        end = counters.snapshot()
-        self.launches.append(end["launches"] - self.start["launches"])
-        self.graphs.append(end.get("compiled_graphs", 0) - self.start.get("compiled_graphs", 0))
-
 args = SFTConfig(output_dir=tempfile.mkdtemp(), max_steps=4, per_device_train_batch_size=4,
                  bf16=True, report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+steps = Steps()
 trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                     callbacks=[Steps()])
+                     callbacks=[steps])
 trainer.train()
 print("RESULT" + json.dumps({
-    "checkpointing": args.gradient_checkpointing, "graphs": Steps.graphs[1:],
-    "launches": Steps.launches[1:],
+    "checkpointing": args.gradient_checkpointing, "graphs": steps.graphs[1:],
+    "launches": steps.launches[1:],
     "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]}))
 """
 
@@ -332,8 +330,7 @@ print("RESULT" + json.dumps({
 @pytest.mark.skipif(importlib.util.find_spec("trl") is None,
                     reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
 def test_trl_sft_with_its_defaults_trains_through_graphs(run):
-    on = result_of(run(TRL_SFT, ENV, timeout=900).stdout)
-    off = result_of(run(TRL_SFT, {**ENV, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"}, timeout=900).stdout)
+    on, off = _on_and_off(run, TRL_SFT, ENV, timeout=900)
     # with its default gradient checkpointing: a forward and a backward graph per layer, the
     # rotary table's, the mask's and the loss filter's (TRL's own LM head, with its chunked
     # log-probabilities, and its metrics run op by op)
