@@ -50,8 +50,8 @@ instance's forward.
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
 ``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with dropout in the
-blocks (a graph draws other random numbers than eager mode, so the losses would differ), for a model
-without repeated blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
+blocks (a graph draws other random numbers than eager mode, so the losses would differ), for
+a model without repeated blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
 compilation fails runs its own forward from then on, with one warning.
 """
 
@@ -87,7 +87,8 @@ BACKEND = "hpu_backend"
 #: How Accelerate runs a model without wrapping it its own way (DDP's is compiled inside).
 PLAIN = ("NO", "MULTI_HPU")
 
-#: The blocks that train through their class's compiled forward.
+#: The parts (blocks, rotary tables, final norms, heads) or models that train through their
+#: class's compiled forward.
 _taken: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per class of a part (a block, the rotary table, the final norm, the output head) or of a
 #: model (the model's region), its compiled forward: one Dynamo cache for every layer.
