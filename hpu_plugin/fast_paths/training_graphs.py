@@ -276,6 +276,15 @@ def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], 
     return eager(*args, **kwargs)
 
 
+def _training_in_graphs(module: Any) -> bool:
+    """Does ``module`` run its compiled forward now: taken, training with gradients on, and
+    not inside a trace (where Dynamo inlines the class's own forward)?"""
+    import torch
+
+    return (module.training and module in _taken and torch.is_grad_enabled()
+            and not torch.compiler.is_compiling())
+
+
 def _graphed_forward(patches: Patches, cls: type) -> None:
     """Give the model class ``cls`` a forward that runs the compiled one for the models in
     :data:`_taken` while they train with gradients on (through ``patches``: undoing restores
@@ -290,8 +299,7 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if self.training and self in _taken and torch.is_grad_enabled() and not (
-                torch.compiler.is_compiling()):
+        if _training_in_graphs(self):
             return _compiled_or_eager(compiled, original, what,
                                       functools.partial(_taken.discard, self),
                                       self, *args, **kwargs)
@@ -328,8 +336,7 @@ class _GraphedPart:
 
         module = self.__self__
         cls = type(module)
-        if module.training and module in _taken and torch.is_grad_enabled() and not (
-                torch.compiler.is_compiling()):
+        if _training_in_graphs(module):
             if cls not in _compiled:
                 _compiled[cls] = torch.compile(cls.forward, backend=BACKEND)
             return _compiled_or_eager(_compiled[cls], cls.forward,
