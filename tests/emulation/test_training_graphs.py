@@ -14,6 +14,8 @@ length buckets (padding that changes no loss) and keep the sampler's order.
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from importlib import metadata
 from typing import Any
 
@@ -245,6 +247,62 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
     # waits on the host for it each step), unless the model numbered the tokens itself
     assert on["syncs"] == [0] * 4, (on, off)
     assert off["syncs"] == [PACKED_CHECK_SYNCS] * 4, (on, off)
+
+
+#: A default bf16 ``Trainer`` on a tiny Llama under ``torchrun``, one process per card: each
+#: rank writes its logged losses, each step's launches and graphs, and its parameters.
+CARDS_SCRIPT = TRAINING_ROWS + STEPS + r"""
+import json, os, sys
+import torch.distributed as dist
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0))
+seen, steps = Losses(), Steps()
+args = TrainingArguments(output_dir=sys.argv[1] + "/out", max_steps=6,
+                         per_device_train_batch_size=2, learning_rate=1e-3, bf16=True,
+                         report_to=[], save_strategy="no", logging_steps=1, seed=0,
+                         disable_tqdm=True)
+Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
+        callbacks=[seen, steps]).train()
+with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:
+    json.dump({"losses": seen.losses, "launches": steps.launches[1:],
+               "graphs": steps.graphs[1:], "mode": str(args.parallel_mode),
+               "parameters": [p.detach().float().sum().item() for p in model.parameters()]},
+              out)
+"""
+
+
+def _on_two_cards(run: Any, directory: Any, **env: str) -> list[dict[str, Any]]:
+    """Each rank's result of :data:`CARDS_SCRIPT` under ``torchrun`` on two emulated cards."""
+    directory.mkdir()
+    script = directory / "train.py"
+    script.write_text(CARDS_SCRIPT)
+    run("", {**ENV, "HPU_PLUGIN_EMULATE_DEVICES": "2", **env}, timeout=900,
+        args=[sys.executable, "-m", "torch.distributed.run", "--standalone",
+              "--nproc_per_node", "2", str(script), str(directory)])
+    return [json.loads((directory / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.mark.e2e
+def test_a_trainer_across_two_cards_trains_through_graphs(run, tmp_path):
+    # DDP is the one distribution the graphs are taken under: its reducer's hooks fire as
+    # the compiled backward graphs produce each layer's gradients
+    blocks = _on_two_cards(run, tmp_path / "blocks")
+    model = _on_two_cards(run, tmp_path / "model", HPU_PLUGIN_TRAIN_GRAPHS_REGION="model")
+    off = _on_two_cards(run, tmp_path / "off", HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
+    for ranks, graphs in ((blocks, 11), (model, MODEL_GRAPHS), (off, 0)):
+        for rank in ranks:
+            assert rank["mode"].endswith("DISTRIBUTED"), rank
+            # the graphs of one card's step (test_a_default_trainer_...), on every card
+            assert rank["graphs"] == [graphs] * 5, (graphs, rank)
+        # the gradients were averaged across the cards: both hold the same parameters
+        assert ranks[0]["parameters"] == ranks[1]["parameters"], ranks
+    for on in (blocks, model):
+        assert _close(on[0]["losses"], off[0]["losses"], 1e-2), (on[0], off[0])
+        assert max(on[0]["launches"]) * 2 < min(off[0]["launches"]), (on[0], off[0])
 
 
 @pytest.mark.e2e
