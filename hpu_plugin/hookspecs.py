@@ -237,9 +237,9 @@ def hpu_fast_path(name: str, context: Mapping[str, Any]) -> bool | None:
     ``context``. ``name`` is one of ``hpu_plugin.fast_paths.decisions.FAST_PATHS``
     (``fused_optimizer``, ``fused_clip_norm``, ``fused_sdpa``, ``fused_rms_norm``,
     ``fused_rope``, ``fused_moe``, ``device_masks``, ``inference_graphs``,
-    ``training_graphs``); ``context`` holds plain facts of the case (``"optimizer"``: its
-    class name, ``"model"``: the model type, ...). ``True`` takes it, ``False`` keeps the
-    ordinary path, nobody's opinion is no. ``True`` cannot force a fast path where the host
-    found it does not fit. A third party bringing its own kernel returns ``False`` from a
-    ``tryfirst`` implementation and installs it.
+    ``training_graphs``, ``device_loss``, ``bucket_views``); ``context`` holds plain facts
+    of the case (``"optimizer"``: its class name, ``"model"``: the model type, ...).
+    ``True`` takes it, ``False`` keeps the ordinary path, nobody's opinion is no. ``True``
+    cannot force a fast path where the host found it does not fit. A third party bringing
+    its own kernel returns ``False`` from a ``tryfirst`` implementation and installs it.
     """

@@ -17,7 +17,8 @@ results:
 - :mod:`.device_masks`: attention masks decided on the device, without a host wait;
 - :mod:`.inference_graphs` and :mod:`.decoding_loop`: ``generate()`` decoded by graphs;
 - :mod:`.training_graphs`: a prepared model's repeated blocks trained through graphs;
-- :mod:`.trainer_syncs`: a ``Trainer`` step whose loss filter does not wait for the device.
+- :mod:`.trainer_syncs`: a ``Trainer`` step whose loss filter does not wait for the device;
+- :mod:`.bucket_views`: a ``Trainer``'s DDP holding each gradient once, in its bucket.
 
 :mod:`.decisions` also says what each replaces and what turning it off costs.
 """
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the package is imported with its ``decisions`` plugin: keep
 def install(registry: Registry, patches: Patches) -> None:
     """Register every fast path's post-import hooks (with a device ready)."""
     from hpu_plugin.fast_paths import (
+        bucket_views,
         device_masks,
         fused_modeling,
         fused_moe,
@@ -52,3 +54,4 @@ def install(registry: Registry, patches: Patches) -> None:
     device_masks.install(registry, patches)
     training_graphs.install(registry, patches)
     trainer_syncs.install(registry, patches)
+    bucket_views.install(registry, patches)

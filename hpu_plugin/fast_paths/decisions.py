@@ -13,7 +13,7 @@ by entry point like a third party's) answers from the settings. Each fast path g
 ordinary path's results (a feature takes it only where it does), so on Gaudi each is on by
 default. ``HPU_PLUGIN_FAST=0`` turns every one off; ``HPU_PLUGIN_FAST_<NAME>``
 (``_OPTIMIZER``, ``_CLIP_NORM``, ``_SDPA``, ``_RMS_NORM``, ``_ROPE``, ``_MOE``,
-``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``, ``_LOSS``) turns one
+``_MASKS``, ``_GRAPHS``, ``_TRAIN_GRAPHS``, ``_LOSS``, ``_BUCKET_VIEWS``) turns one
 off (``0``) or on (``1``) whatever the first says. The shape buckets are asked here too
 (:func:`buckets`, the registry's ``hpu_shape_buckets``), with the setting that turned them
 off (:func:`buckets_off_by`) for the features' messages.
@@ -110,6 +110,11 @@ FAST_PATHS: tuple[FastPath, ...] = (
              "a Trainer step that does not wait for the device (without it, one or two host "
              "synchronisations every step, two at a logging step)",
              "torch:where", switch="LOSS"),
+    FastPath("bucket_views", "a Trainer's DDP across cards keeping each gradient apart from "
+             "its all-reduce bucket (copied in and out every step)", "DDP's "
+             "gradient_as_bucket_view=True, as optimum-habana's GaudiTrainer sets it on Gaudi",
+             "each card's gradients held once instead of twice, and no copy back from the "
+             "buckets", "torch.nn.parallel:DistributedDataParallel"),
 )
 
 #: The most graphs one model keeps for ``inference_graphs`` (one per shape bucket).

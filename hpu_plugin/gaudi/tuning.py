@@ -30,7 +30,7 @@ from hpu_plugin.gaudi.shape_buckets import KINDS
 FAST = "HPU_PLUGIN_FAST"
 #: The suffix of each fast path's own switch (``HPU_PLUGIN_FAST_SDPA``...).
 FAST_NAMES: tuple[str, ...] = ("OPTIMIZER", "CLIP_NORM", "SDPA", "RMS_NORM", "ROPE", "MOE",
-                              "MASKS", "GRAPHS", "TRAIN_GRAPHS", "LOSS")
+                              "MASKS", "GRAPHS", "TRAIN_GRAPHS", "LOSS", "BUCKET_VIEWS")
 #: The most graphs one model keeps for the inference graphs (one per shape bucket).
 GRAPHS_MAX = "HPU_PLUGIN_GRAPHS_MAX"
 GRAPHS_MAX_DEFAULT = 8

@@ -250,27 +250,38 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
 
 
 #: A default bf16 ``Trainer`` on a tiny Llama under ``torchrun``, one process per card: each
-#: rank writes its logged losses, each step's launches and graphs, and its parameters.
+#: rank writes its logged losses, each step's launches and graphs, its parameters, whether
+#: DDP keeps the gradients as views of its buckets, the memory held before each optimizer
+#: step (the gradients are there then) and the gradients' size.
 CARDS_SCRIPT = TRAINING_ROWS + STEPS + r"""
 import json, os, sys
 import torch.distributed as dist
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
+class Held(TrainerCallback):
+    def __init__(self):
+        self.held = []
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.held.append(torch.hpu.memory_allocated())
+
 torch.manual_seed(0)
 model = LlamaForCausalLM(LlamaConfig(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0))
-seen, steps = Losses(), Steps()
+seen, steps, held = Losses(), Steps(), Held()
 args = TrainingArguments(output_dir=sys.argv[1] + "/out", max_steps=6,
                          per_device_train_batch_size=2, learning_rate=1e-3, bf16=True,
                          report_to=[], save_strategy="no", logging_steps=1, seed=0,
                          disable_tqdm=True)
-Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
-        callbacks=[seen, steps]).train()
+trainer = Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
+                  callbacks=[seen, steps, held])
+trainer.train()
 with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:
     json.dump({"losses": seen.losses, "launches": steps.launches[1:],
                "graphs": steps.graphs[1:], "mode": str(args.parallel_mode),
-               "parameters": [p.detach().float().sum().item() for p in model.parameters()]},
+               "parameters": [p.detach().float().sum().item() for p in model.parameters()],
+               "views": trainer.model_wrapped.gradient_as_bucket_view, "held": held.held[1:],
+               "gradients": sum(p.numel() * p.element_size() for p in model.parameters())},
               out)
 """
 
@@ -293,7 +304,8 @@ def test_a_trainer_across_two_cards_trains_through_graphs(run, tmp_path):
     blocks = _on_two_cards(run, tmp_path / "blocks")
     model = _on_two_cards(run, tmp_path / "model", HPU_PLUGIN_TRAIN_GRAPHS_REGION="model")
     off = _on_two_cards(run, tmp_path / "off", HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
-    for ranks, graphs in ((blocks, 11), (model, MODEL_GRAPHS), (off, 0)):
+    copies = _on_two_cards(run, tmp_path / "copies", HPU_PLUGIN_FAST_BUCKET_VIEWS="0")
+    for ranks, graphs in ((blocks, 11), (model, MODEL_GRAPHS), (off, 0), (copies, 11)):
         for rank in ranks:
             assert rank["mode"].endswith("DISTRIBUTED"), rank
             # the graphs of one card's step (test_a_default_trainer_...), on every card
@@ -303,6 +315,15 @@ def test_a_trainer_across_two_cards_trains_through_graphs(run, tmp_path):
     for on in (blocks, model):
         assert _close(on[0]["losses"], off[0]["losses"], 1e-2), (on[0], off[0])
         assert max(on[0]["launches"]) * 2 < min(off[0]["launches"]), (on[0], off[0])
+    # DDP keeps the Trainer's gradients as views of its buckets, as optimum-habana's
+    # GaudiTrainer has it on Gaudi: the same numbers, each gradient held once on each card
+    assert [r["views"] for r in blocks + model + off] == [True] * 6, (blocks, model, off)
+    assert [r["views"] for r in copies] == [False] * 2, copies
+    for views, apart in zip(blocks, copies, strict=True):
+        assert views["losses"] == apart["losses"], (views, apart)
+        assert views["parameters"] == apart["parameters"], (views, apart)
+        assert all(a - v >= 0.9 * views["gradients"]
+                   for v, a in zip(views["held"], apart["held"], strict=True)), (views, apart)
 
 
 @pytest.mark.e2e
