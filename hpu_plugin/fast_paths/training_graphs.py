@@ -49,9 +49,10 @@ instance's forward.
 
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
-``model.compile()``), under DeepSpeed, FSDP or any wrapping but DDP's, with dropout in the
-blocks (a graph draws other random numbers than eager mode, so the losses would differ), for
-a model without repeated blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
+``model.compile()``), under DeepSpeed, FSDP 1 or any wrapping but DDP's and FSDP 2's (the
+model's region not under FSDP 2 either), with dropout in the blocks (a graph draws other
+random numbers than eager mode, so the losses would differ), for a model without repeated
+blocks, and with ``HPU_PLUGIN_FAST_TRAIN_GRAPHS=0``. A block whose
 compilation fails runs its own forward from then on, with one warning.
 """
 
@@ -84,8 +85,11 @@ NAME = "training_graphs"
 HOST = "accelerate"
 ADAPTER = "training graphs"
 BACKEND = "hpu_backend"
-#: How Accelerate runs a model without wrapping it its own way (DDP's is compiled inside).
-PLAIN = ("NO", "MULTI_HPU")
+FSDP = "FSDP"
+#: How Accelerate runs a model that trains through graphs: alone, under DDP (which wraps
+#: the compiled parts), or under FSDP 2 (which shards each block around its compiled
+#: forward, as Accelerate's own regional compilation for FSDP 2 does).
+PLAIN = ("NO", "MULTI_HPU", FSDP)
 
 #: The parts (blocks, rotary tables, final norms, heads) or models that train through their
 #: class's compiled forward.
@@ -220,8 +224,15 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
     """Why ``model``, prepared for training by ``accelerator``, is not trained through
     graphs; None when it is to be."""
     kind = str(getattr(accelerator.distributed_type, "value", accelerator.distributed_type))
+    if kind == FSDP and not getattr(accelerator, "is_fsdp2", False):
+        return ("FSDP 1 wraps the model in flat parameters of its own (FSDP 2, "
+                "fsdp_version=2, trains through graphs)")
     if kind not in PLAIN:
         return f"{kind} wraps the model its own way"
+    if kind == FSDP and whole_model(model):
+        return ("FSDP 2 gathers each block's parameters around the block's own forward, "
+                "which one graph of the whole model would hide; unset "
+                "HPU_PLUGIN_TRAIN_GRAPHS_REGION for the per-block graphs")
     if _lazy():
         return "lazy mode (PT_HPU_LAZY_MODE=1) makes graphs of its own; torch.compile is not used"
     if _user_compiled(accelerator, model):
@@ -578,6 +589,37 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
 
     patches.set(cls, "prepare_model", ours(prepare_model))
     patches.on_undo(forget, "training graphs' blocks")
+    install_fsdp2(registry, patches, cls)
+
+
+def install_fsdp2(registry: Registry, patches: Patches, cls: type) -> None:
+    """FSDP 2 prepares the model in ``Accelerator._prepare_fsdp2``, not ``prepare_model``:
+    the regions get their compiled forward before ``fully_shard`` wraps each block (its
+    hooks gather the block's parameters around that forward and reduce its gradients as the
+    backward graph produces them) and are taken once the model is sharded on ``hpu``.
+    Accelerate releases without FSDP 2 leave nothing to do."""
+    sharded = vars(cls).get("_prepare_fsdp2")
+    if sharded is None or is_ours(sharded):
+        return
+    import torch
+
+    @functools.wraps(sharded)
+    def _prepare_fsdp2(self: Any, *args: Any) -> Any:
+        models = [obj for obj in args if isinstance(obj, torch.nn.Module)
+                  and not getattr(obj, "_is_accelerate_prepared", False)]
+        found: dict[int, list[Any]] = {}
+        for model in models:
+            try:
+                found[id(model)] = graph_regions(registry, patches, self, model)
+            except Exception as exc:  # a fast path: never break the user's training
+                say_once("training-graphs-failed", logging.WARNING,
+                         "hpu_plugin: training graphs are off: %r", exc)
+        prepared = sharded(self, *args)
+        for model in models:
+            take_regions(model, found.get(id(model), []))
+        return prepared
+
+    patches.set(cls, "_prepare_fsdp2", ours(_prepare_fsdp2))
 
 
 def install(registry: Registry, patches: Patches) -> None:

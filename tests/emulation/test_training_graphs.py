@@ -252,7 +252,9 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
 #: A default bf16 ``Trainer`` on a tiny Llama under ``torchrun``, one process per card: each
 #: rank writes its logged losses, each step's launches and graphs, its parameters, whether
 #: DDP keeps the gradients as views of its buckets, the memory held before each optimizer
-#: step (the gradients are there then) and the gradients' size.
+#: step (the gradients are there then) and the gradients' size. With ``FSDP`` set, the
+#: ``Trainer`` shards the model as Transformers' docs write it (``fsdp="full_shard
+#: auto_wrap"``): FSDP 2 on Transformers 5, FSDP 1 on 4.x.
 CARDS_SCRIPT = TRAINING_ROWS + STEPS + r"""
 import json, os, sys
 import torch.distributed as dist
@@ -269,18 +271,22 @@ model = LlamaForCausalLM(LlamaConfig(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0))
 seen, steps, held = Losses(), Steps(), Held()
+sharded = {"fsdp": "full_shard auto_wrap",
+           "fsdp_config": {"transformer_layer_cls_to_wrap": ["LlamaDecoderLayer"]}}
 args = TrainingArguments(output_dir=sys.argv[1] + "/out", max_steps=6,
                          per_device_train_batch_size=2, learning_rate=1e-3, bf16=True,
                          report_to=[], save_strategy="no", logging_steps=1, seed=0,
-                         disable_tqdm=True)
+                         disable_tqdm=True, **(sharded if os.environ.get("FSDP") else {}))
 trainer = Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
                   callbacks=[seen, steps, held])
 trainer.train()
 with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:
     json.dump({"losses": seen.losses, "launches": steps.launches[1:],
                "graphs": steps.graphs[1:], "mode": str(args.parallel_mode),
-               "parameters": [p.detach().float().sum().item() for p in model.parameters()],
-               "views": trainer.model_wrapped.gradient_as_bucket_view, "held": held.held[1:],
+               "parameters": [getattr(p, "full_tensor", lambda: p)().detach().float().sum()
+                              .item() for p in model.parameters()],
+               "views": getattr(trainer.model_wrapped, "gradient_as_bucket_view", None),
+               "held": held.held[1:],
                "gradients": sum(p.numel() * p.element_size() for p in model.parameters())},
               out)
 """
@@ -324,6 +330,26 @@ def test_a_trainer_across_two_cards_trains_through_graphs(run, tmp_path):
         assert views["parameters"] == apart["parameters"], (views, apart)
         assert all(a - v >= 0.9 * views["gradients"]
                    for v, a in zip(views["held"], apart["held"], strict=True)), (views, apart)
+
+
+@pytest.mark.e2e
+def test_a_fully_sharded_trainer_trains_through_graphs(run, tmp_path):
+    # FSDP 2 (Transformers 5's) gathers each block's parameters around the block's compiled
+    # forward and reduces its gradients as the backward graph produces them; FSDP 1 (4.x's)
+    # wraps the model in flat parameters of its own and keeps the eager path
+    on = _on_two_cards(run, tmp_path / "on", FSDP="1")
+    off = _on_two_cards(run, tmp_path / "off", FSDP="1", HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
+    # the graphs of one card's step, and the final RMSNorm's forward and backward: the
+    # Trainer gives the norm the fused kernel where it placed the model on hpu itself, and
+    # under FSDP the model reaches hpu later, in FSDP's hands
+    graphs = 13 if TRANSFORMERS >= 5 else 0
+    assert [rank["graphs"] for rank in on] == [[graphs] * 5] * 2, on
+    assert [rank["graphs"] for rank in off] == [[0] * 5] * 2, off
+    assert _close(on[0]["losses"], off[0]["losses"], 1e-2), (on[0], off[0])
+    if TRANSFORMERS >= 5:
+        assert max(on[0]["launches"]) * 3 < min(off[0]["launches"]) * 2, (on[0], off[0])
+        # the whole of each parameter, gathered from its shards, is the same on both cards
+        assert on[0]["parameters"] == on[1]["parameters"], on
 
 
 @pytest.mark.e2e
