@@ -47,15 +47,6 @@ def _ddp_on_hpu(trainer: Any) -> bool:
             and kind == MULTI_HPU)
 
 
-def _why_not(registry: Registry, trainer: Any, handler: Any) -> str | None:
-    """Why this Trainer's DDP keeps its gradients apart from the buckets; None to take it."""
-    if handler is not None and handler.gradient_as_bucket_view:
-        return None  # already views: nothing to do
-    if not take(registry, NAME, {"trainer": type(trainer).__name__}):
-        return "turned off (HPU_PLUGIN_FAST_BUCKET_VIEWS, HPU_PLUGIN_FAST or a plugin's hook)"
-    return None
-
-
 def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     cls = getattr(module, "Trainer", None)
     wrap = original_of(cls, "_wrap_model", HOST, ADAPTER, "Trainer._wrap_model", own=True)
@@ -71,16 +62,17 @@ def install_trainer(registry: Registry, patches: Patches, module: types.ModuleTy
         from accelerate.utils import DistributedDataParallelKwargs
 
         handler = getattr(self.accelerator, "ddp_handler", None)
-        if handler is not None and not isinstance(handler, DistributedDataParallelKwargs):
+        if handler is not None and (not isinstance(handler, DistributedDataParallelKwargs)
+                                    or handler.gradient_as_bucket_view):
+            return wrapped  # not Accelerate's DDP settings, or views already
+        if not take(registry, NAME, {"trainer": type(self).__name__}):
+            record_out(HOST, ADAPTER, f"not taken for {type(self).__name__}: turned off "
+                       "(HPU_PLUGIN_FAST_BUCKET_VIEWS, HPU_PLUGIN_FAST or a plugin's hook)")
             return wrapped
-        why = _why_not(registry, self, handler)
-        if why is not None:
-            record_out(HOST, ADAPTER, f"not taken for {type(self).__name__}: {why}")
-        elif handler is None or not handler.gradient_as_bucket_view:
-            # a copy: the Trainer's own settings object is left as it built it
-            self.accelerator.ddp_handler = (
-                DistributedDataParallelKwargs(gradient_as_bucket_view=True) if handler is None
-                else dataclasses.replace(handler, gradient_as_bucket_view=True))
+        # a copy: the Trainer's own settings object is left as it built it
+        self.accelerator.ddp_handler = (
+            DistributedDataParallelKwargs(gradient_as_bucket_view=True) if handler is None
+            else dataclasses.replace(handler, gradient_as_bucket_view=True))
         return wrapped
 
     patches.set(cls, "_wrap_model", ours(_wrap_model))
