@@ -41,10 +41,11 @@ print(f"rank={accelerator.process_index} n={accelerator.num_processes} "
 
 
 def _ranks(stdout: str) -> list[dict[str, str]]:
-    """One dict per rank report; the ranks' prints may share a line."""
-    reports = re.split(r"(?=\brank=\d)|(?<=equal=True)|(?<=equal=False)", stdout)
-    return [dict(re.findall(r"(\w+)=(\S+?)(?=\s|$)", chunk)) for chunk in reports
-            if chunk.startswith("rank=")]
+    """One dict per rank report. The ranks share the pipe, so a report can start right
+    after another rank's text on the same line ("current=0rank=0 ..."): match the whole
+    report wherever it starts."""
+    reports = re.findall(r"rank=\d+ .*?equal=(?:True|False)", stdout)
+    return [dict(re.findall(r"(\w+)=(\S+)", report)) for report in reports]
 
 
 def _with_scripts_on_path(env: dict[str, str]) -> dict[str, str]:
