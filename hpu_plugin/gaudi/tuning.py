@@ -1,16 +1,16 @@
-"""The settings of the fast paths, the shape buckets and the fp8 switch: each parsed here
-and nowhere else.
-
-``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
-``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps, ``HPU_PLUGIN_TRAIN_GRAPHS_REGION``
-says what the training graphs compile, ``HPU_PLUGIN_BUCKETS`` with its
-``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide the shape buckets, and
-``HPU_PLUGIN_FP8`` with ``HPU_PLUGIN_FP8_STATS`` gives Neural Compressor's fp8 to models
-loaded with ``from_pretrained``. The features read them deep inside a user's ``train()``,
-``generate()`` or ``from_pretrained``, where a refusal would come late and once per object
-that asks; so activation asks :func:`faults` before it changes anything, and a bad value
-turns the plugin off there, with one message naming the variable, its value, what is
-accepted and the fix. ``hpu-plugin doctor`` lists the same faults.
+"""The settings of the fast paths, the shape buckets and the fp8 switch: each parsed here and
+nowhere else. ``HPU_PLUGIN_FAST`` and ``HPU_PLUGIN_FAST_<NAME>`` turn fast paths off or on,
+``HPU_PLUGIN_GRAPHS_MAX`` bounds the graphs one model keeps,
+``HPU_PLUGIN_TRAIN_GRAPHS_REGION`` says what the training graphs compile,
+``HPU_PLUGIN_BUCKETS`` with its ``_LENGTH``, ``_BATCH``, ``_CACHE`` and ``_GROUP`` decide
+the shape buckets, and ``HPU_PLUGIN_FP8`` with ``HPU_PLUGIN_FP8_STATS`` gives Neural
+Compressor's fp8 to models loaded with ``from_pretrained``. Any other
+``HPU_PLUGIN_FAST_...``, ``HPU_PLUGIN_BUCKETS_...`` or ``HPU_PLUGIN_FP8_...`` is a misspelt
+one. The features read them deep inside a user's ``train()``, ``generate()`` or
+``from_pretrained``, where a refusal would come late and once per object that asks; so
+activation asks :func:`faults` before it changes anything, and a bad value turns the plugin
+off there, with one message naming the variable, its value, what is accepted and the fix.
+``hpu-plugin doctor`` lists the same faults.
 
 Every parser takes the environment it reads (nothing here keeps state) and raises
 :class:`~hpu_plugin.errors.SettingError`; unset or blank means the default.
@@ -18,12 +18,13 @@ Every parser takes the environment it reads (nothing here keeps state) and raise
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from collections.abc import Callable, Mapping
 
 from hpu_plugin import settings
-from hpu_plugin.errors import SettingError
+from hpu_plugin.errors import SettingError, quoted
 from hpu_plugin.gaudi.shape_buckets import KINDS
 
 #: The switch of every fast path at once (``0`` turns them all off).
@@ -170,9 +171,38 @@ def fp8_stats(environ: Mapping[str, str]) -> str | None:
     return None if raw is None else raw.strip()
 
 
+def names() -> tuple[str, ...]:
+    """Every variable this module reads."""
+    return (FAST, *(f"{FAST}_{name}" for name in FAST_NAMES), GRAPHS_MAX, TRAIN_GRAPHS_REGION,
+            BUCKETS, *(f"{BUCKETS}_{kind.upper()}" for kind in KINDS), BUCKETS_GROUP, FP8,
+            FP8_STATS)
+
+
+def unknown_names(environ: Mapping[str, str]) -> list[SettingError]:
+    """Variables named like these settings that none of them is (``HPU_PLUGIN_FAST_FUSED_
+    OPTIMIZER``): a misspelt switch would otherwise be ignored, and the fast path it was
+    meant to turn off would run."""
+    known = names()
+    found = []
+    for variable in sorted(environ):
+        family = next((f for f in (FAST, BUCKETS, FP8) if variable.startswith(f"{f}_")), None)
+        if family is None or variable in known:
+            continue
+        siblings = [name for name in known if name.startswith(f"{family}_")]
+        close = difflib.get_close_matches(variable.removeprefix(f"{family}_"), [
+            name.removeprefix(f"{family}_") for name in siblings], n=1)
+        fix = (f"did you mean {family}_{close[0]}? " if close else "") + f"unset {variable}"
+        found.append(SettingError(
+            variable, environ[variable], "", fix=fix,
+            message=f"{variable}={quoted(environ[variable])} names no setting of "
+            f"hpu-plugin; the settings named "
+            f"{family}_... are {', '.join(siblings)}; fix: {fix}"))
+    return found
+
+
 def faults(environ: Mapping[str, str]) -> list[SettingError]:
-    """Every one of these settings that holds a value no parser above accepts, in a fixed
-    order; empty when all are usable."""
+    """Every one of these settings that holds a value no parser above accepts, and every
+    variable named like one that none is, in a fixed order; empty when all are usable."""
     checks: list[Callable[[], object]] = [
         *(functools.partial(fast_switch, variable, environ)
           for variable in (FAST, *(f"{FAST}_{name}" for name in FAST_NAMES))),
@@ -184,7 +214,7 @@ def faults(environ: Mapping[str, str]) -> list[SettingError]:
         functools.partial(fp8_mode, environ),
         functools.partial(fp8_stats, environ),
     ]
-    found = []
+    found = unknown_names(environ)
     for check in checks:
         try:
             check()

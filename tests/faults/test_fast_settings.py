@@ -1,9 +1,10 @@
 """The fast paths' and shape buckets' settings are refused once, at activation.
 
 ``HPU_PLUGIN_FAST*``, ``HPU_PLUGIN_GRAPHS_MAX``, ``HPU_PLUGIN_TRAIN_GRAPHS_REGION``,
-``HPU_PLUGIN_BUCKETS*`` and ``HPU_PLUGIN_FP8``
+``HPU_PLUGIN_BUCKETS*`` and ``HPU_PLUGIN_FP8*``
 are read deep inside ``train()``, ``generate()`` and ``from_pretrained``; a value no parser
-accepts must not wait until then (a warning per object that asks, then a raise mid-training).
+accepts must not wait until then (a warning per object that asks, then a raise mid-training),
+and a misspelt name must not be ignored.
 Inside ``import torch`` the plugin is off with one message naming the variable, its value and
 the fix; ``doctor`` lists it as an error with that fix; good values activate as before.
 """
@@ -31,6 +32,11 @@ BAD = {
     "HPU_PLUGIN_BUCKETS_GROUP": ("maybe", "HPU_PLUGIN_BUCKETS_GROUP=0 keeps"),
     "HPU_PLUGIN_BUCKETS_LENGTH": ("512,64", "HPU_PLUGIN_BUCKETS_LENGTH=128,256,512"),
     "HPU_PLUGIN_FP8": ("fast", "HPU_PLUGIN_FP8=measure and HPU_PLUGIN_FP8_STATS="),
+    # misspelt: the fast path it was meant to turn off would run
+    "HPU_PLUGIN_FAST_FUSED_OPTIMIZER": ("0", "did you mean HPU_PLUGIN_FAST_OPTIMIZER? unset "
+                                        "HPU_PLUGIN_FAST_FUSED_OPTIMIZER"),
+    "HPU_PLUGIN_BUCKETS_SEQ": ("128", "unset HPU_PLUGIN_BUCKETS_SEQ"),
+    "HPU_PLUGIN_FP8_STAT": ("./fp8", "did you mean HPU_PLUGIN_FP8_STATS?"),
 }
 
 #: Values that each parser accepts: activation goes on as without them.
