@@ -193,7 +193,7 @@ def unknown_names(environ: Mapping[str, str]) -> list[SettingError]:
             name.removeprefix(f"{family}_") for name in siblings], n=1)
         fix = (f"did you mean {family}_{close[0]}? " if close else "") + f"unset {variable}"
         found.append(SettingError(
-            variable, environ[variable], "", fix=fix,
+            variable, environ[variable], ", ".join(siblings), fix=fix,
             message=f"{variable}={quoted(environ[variable])} names no setting of "
             f"hpu-plugin; the settings named "
             f"{family}_... are {', '.join(siblings)}; fix: {fix}"))
