@@ -112,7 +112,10 @@ def test_accelerate_launch_with_a_tensor_parallel_config_equals_one_device(tmp_p
     ``Accelerator(parallelism_config=ParallelismConfig(tp_size=4))``: MULTI_HPU, each card a
     quarter of every projection."""
     model, single = llama
-    assert_same(accelerate_launch(tmp_path, model, "accelerate", 4), single, 4)
+    found = accelerate_launch(tmp_path, model, "accelerate", 4)
+    assert_same(found, single, 4)
+    # each card steps its shards with Gaudi's fused AdamW: one kernel a step (one group)
+    assert [rank["optimizer_kernels"] for rank in found] == [[1] * 3] * 4, found
 
 
 @pytest.mark.engines_full
@@ -126,3 +129,4 @@ def test_accelerate_launch_with_a_fully_sharded_config_equals_one_device(tmp_pat
         "--fsdp_transformer_layer_cls_to_wrap", "LlamaDecoderLayer",
         "--use_parallelism_config", "--parallelism_config_dp_shard_size", "4")
     assert_same(found, single, 4)
+    assert [rank["optimizer_kernels"] for rank in found] == [[1] * 3] * 4, found

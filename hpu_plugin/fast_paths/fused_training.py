@@ -8,7 +8,8 @@ prepare`` steps is an ``AcceleratedOptimizer``; when it wraps exactly ``torch.op
 or ``SGD`` (also with ``fused=True``, torch's fused kernel, which Gaudi lacks) with options the
 kernels have, on ``hpu`` parameters, its ``step`` runs the
 kernel on the optimizer's own state (torch's layout: ``step``, ``exp_avg``, ``exp_avg_sq``,
-``momentum_buffer``), so schedulers, ``state_dict`` and checkpoints stay torch's. Any other
+``momentum_buffer``), so schedulers, ``state_dict`` and checkpoints stay torch's. Under
+FSDP 2 and tensor parallelism each card steps its local shards of the parameters. Any other
 class (a subclass, Adafactor, bitsandbytes 8-bit, ...) or option keeps torch's step. Under a
 gradient scaler (fp16) Accelerate restores the step it saw at its ``__init__`` after every
 scaled step, so it is handed the fused one (``keep_under_scaler``).
@@ -24,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -51,14 +53,61 @@ def _op(name: str) -> Any | None:
 
 
 def _on_hpu(params: list[Any]) -> bool:
-    """Plain dense floating-point tensors on hpu: what the fused kernels take. A tensor
-    subclass (the DTensor of tensor parallelism and FSDP 2) runs its own dispatch, which
-    refuses a kernel given its local shards mixed with whole tensors."""
+    """Plain dense floating-point tensors on hpu: what the fused clip-norm kernel takes. A
+    tensor subclass (the DTensor of tensor parallelism and FSDP 2) holds a shard, and the
+    norm of a shard is not the norm of the whole."""
     import torch
 
     return bool(params) and all(
         p.device.type == DEVICE_TYPE and not p.is_sparse and p.is_floating_point()
         and type(p.data) is torch.Tensor for p in params)
+
+
+def _dtensor() -> type | None:
+    """torch's DTensor class if a program has loaded it (a DTensor parameter means it has)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None)
+
+
+def _steppable(params: list[Any]) -> bool:
+    """Dense floating-point parameters on hpu, plain or DTensor (FSDP 2, tensor
+    parallelism), none of whose gradients waits for a reduction. The optimizer's arithmetic
+    is elementwise, so each card steps its local shards with the kernel, as torch's fused
+    AdamW does through DTensor, whose ``aten::_fused_adamw_`` the Gaudi bridge lacks (it
+    would run on the CPU)."""
+    import torch
+
+    dtensor = _dtensor()
+    if not params:
+        return False
+    for p in params:
+        if p.device.type != DEVICE_TYPE or p.is_sparse or not p.is_floating_point():
+            return False
+        if type(p.data) is torch.Tensor:
+            continue
+        if (type(p.data) is not dtensor
+                or any(placement.is_partial() for placement in p.placements)):
+            return False
+        if p.grad is not None and (type(p.grad) is not dtensor or any(
+                placement.is_partial() for placement in p.grad.placements)):
+            return False
+    return True
+
+
+def _local(tensor: Any) -> Any:
+    """The tensor the kernel updates in place: a DTensor's local shard (under ``no_grad``
+    ``to_local`` is that shard itself), a plain tensor as it is."""
+    return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+
+def _local_grad(p: Any) -> Any:
+    """``p``'s gradient as the shard of it this card steps. Tensor parallelism can leave a
+    gradient laid out otherwise than its parameter (whole on every card for a parameter split
+    between them): it is laid out as the parameter first, as DTensor does for torch's step."""
+    grad = p.grad
+    if hasattr(grad, "to_local") and grad.placements != p.placements:
+        grad = grad.redistribute(p.device_mesh, p.placements)
+    return _local(grad)
 
 
 def _fits(optimizer: Any) -> str | None:
@@ -70,7 +119,8 @@ def _fits(optimizer: Any) -> str | None:
         return None
     for group in optimizer.param_groups:
         params = list(group["params"])
-        if (params and not _on_hpu(params)) or isinstance(group.get("lr"), torch.Tensor):
+        if (params and not _steppable(params)) or isinstance(
+                group.get("lr"), torch.Tensor):
             return None
         # ``fused=True`` (Transformers 5's default ``adamw_torch_fused``) is torch's own fused
         # kernel, which the Gaudi bridge does not have (aten::_fused_adamw_ falls back to
@@ -109,15 +159,20 @@ def adamw_step(optimizer: Any) -> None:
             state["step"] += 1
             by_step.setdefault(float(state["step"]), []).append(p)
         for step, params in by_step.items():
+            # a card's shard of a small parameter can be empty: nothing of it to update here
+            params = [p for p in params if _local(p.data).numel()]
+            if not params:
+                continue
             bc1, bc2 = 1 - beta1**step, 1 - beta2**step
             lr, wd = group["lr"], group["weight_decay"]
             states = [optimizer.state[p] for p in params]
+            like = _local(params[0].data)
             # the bridge's two schemas: lazy mode takes the decay factor as a float
-            decay = (1.0 - lr * wd,) if _lazy() else (_scalar(1.0 - lr * wd, params[0]), wd != 0)
+            decay = (1.0 - lr * wd,) if _lazy() else (_scalar(1.0 - lr * wd, like), wd != 0)
             torch.ops.hpu.optimizer_adamw(
-                [p.grad for p in params], [p.data for p in params],
-                [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                _scalar(-lr * math.sqrt(bc2) / bc1, params[0]), beta1, beta2,
+                [_local_grad(p) for p in params], [_local(p.data) for p in params],
+                [_local(s["exp_avg"]) for s in states], [_local(s["exp_avg_sq"]) for s in states],
+                _scalar(-lr * math.sqrt(bc2) / bc1, like), beta1, beta2,
                 group["eps"] * math.sqrt(bc2), *decay, None, None,
             )
 
@@ -137,26 +192,29 @@ def sgd_step(optimizer: Any) -> None:
 
     for group in optimizer.param_groups:
         params = [p for p in group["params"] if p.grad is not None]
-        if not params:
-            continue
-        lr = _scalar(group["lr"], params[0]).float()
-        grads, weights = [p.grad for p in params], [p.data for p in params]
-        if not group.get("momentum", 0):
-            torch.ops.hpu.optimizer_sgd(grads, weights, lr, group["weight_decay"], 0.0,
-                                        group.get("dampening", 0), group.get("nesterov", False))
-            continue
-        buffers = []
-        for p in params:
+        momentum = group.get("momentum", 0)
+        for p in params if momentum else ():
             state = optimizer.state[p]
             if state.get("momentum_buffer") is None:
                 state["momentum_buffer"] = torch.zeros_like(p)
-            buffers.append(state["momentum_buffer"])
+        # a card's shard of a small parameter can be empty: nothing of it to update here
+        params = [p for p in params if _local(p.data).numel()]
+        if not params:
+            continue
+        like = _local(params[0].data)
+        lr = _scalar(group["lr"], like).float()
+        grads, weights = [_local_grad(p) for p in params], [_local(p.data) for p in params]
+        if not momentum:
+            torch.ops.hpu.optimizer_sgd(grads, weights, lr, group["weight_decay"], 0.0,
+                                        group.get("dampening", 0), group.get("nesterov", False))
+            continue
+        buffers = [_local(optimizer.state[p]["momentum_buffer"]) for p in params]
         step_t = vars(optimizer).get("_hpu_plugin_sgd_step")  # the kernel's epoch counter
         if step_t is None:
-            step_t = torch.tensor([0], dtype=torch.int32).to(params[0].device)
+            step_t = torch.tensor([0], dtype=torch.int32).to(like.device)
             optimizer._hpu_plugin_sgd_step = step_t
         torch.ops.hpu.optimizer_sgd_momentum(
-            grads, weights, buffers, step_t, lr, _scalar(group["momentum"], params[0]).float(),
+            grads, weights, buffers, step_t, lr, _scalar(momentum, like).float(),
             group["weight_decay"], group.get("dampening", 0), group.get("nesterov", False))
 
 
@@ -265,15 +323,53 @@ def install_optimizer(registry: Registry, patches: Patches, module: types.Module
     @functools.wraps(original)
     def __init__(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> None:
         original(self, optimizer, *args, **kwargs)
-        try:
-            if fuse(registry, patches, self.optimizer) and getattr(
-                    self, "scaler", None) is not None:
-                keep_under_scaler(patches, self, patch_step)
-        except Exception as exc:  # a fast path: never break the user's optimizer
-            say_once("fused-optimizer-failed", logging.WARNING,
-                     "hpu_plugin: the fused optimizer is off: %r", exc)
+        if _placed_later(self.optimizer):
+            fuse_at_first_step(registry, patches, self, patch_step)
+        else:
+            fuse_accelerated(registry, patches, self, patch_step)
 
     patches.set(cls, "__init__", ours(__init__))
+
+
+def fuse_accelerated(registry: Registry, patches: Patches, accelerated: Any,
+                     patch_step: Callable[..., Any] | None) -> None:
+    """Fuse the step of the optimizer an ``AcceleratedOptimizer`` wraps, where it fits."""
+    try:
+        if fuse(registry, patches, accelerated.optimizer) and getattr(
+                accelerated, "scaler", None) is not None:
+            keep_under_scaler(patches, accelerated, patch_step)
+    except Exception as exc:  # a fast path: never break the user's optimizer
+        say_once("fused-optimizer-failed", logging.WARNING,
+                 "hpu_plugin: the fused optimizer is off: %r", exc)
+
+
+def _placed_later(optimizer: Any) -> bool:
+    """An AdamW or SGD whose parameters are not on hpu yet. Under FSDP 2 Accelerate wraps
+    the optimizer before it shards the model onto the card (``Accelerator._prepare_fsdp2``)
+    and gives the optimizer the sharded parameters afterwards."""
+    import torch
+
+    return type(optimizer) in (torch.optim.AdamW, torch.optim.SGD) and any(
+        p.device.type != DEVICE_TYPE for group in optimizer.param_groups
+        for p in group["params"])
+
+
+def fuse_at_first_step(registry: Registry, patches: Patches, accelerated: Any,
+                       patch_step: Callable[..., Any] | None) -> None:
+    """Decide the fused step at the first step, where the parameters are those it trains;
+    from then on Accelerate's own ``step`` runs. An LR scheduler built on the wrapper may
+    have wrapped this step in its own: then it stays, and only runs Accelerate's."""
+    decided: list[bool] = []
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not decided:
+            decided.append(True)
+            if getattr(vars(self).get("step"), "__func__", None) is step:
+                del self.step
+            fuse_accelerated(registry, patches, self, patch_step)
+        return type(self).step(self, *args, **kwargs)
+
+    patches.set_on_instance(accelerated, "step", types.MethodType(ours(step), accelerated))
 
 
 def keep_under_scaler(patches: Patches, accelerated: Any,

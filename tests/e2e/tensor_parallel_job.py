@@ -7,8 +7,8 @@ of tests/e2e/test_tensor_parallel.py and tests_engines/test_tensor_parallel.py).
     accelerate launch --use_parallelism_config ... tensor_parallel_job.py DIR accelerate_launch
 
 Prints ``RESULT {json}``: greedy tokens, three AdamW steps' losses, how much of one projection
-(or of the experts) the rank holds, and the collectives the rank issued while generating, by
-op name.
+(or of the experts) the rank holds, the collectives the rank issued while generating, by op
+name, and the Gaudi optimizer kernels each step ran.
 """
 
 import json
@@ -52,6 +52,18 @@ class Collectives(TorchDispatchMode):
         name = func.__name__.split(".")[0]
         if func.namespace in ("_c10d_functional", "c10d") and not name.startswith(("wait", "_")):
             self.count[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+class GaudiOptimizerKernels(TorchDispatchMode):
+    """Counts Gaudi's fused optimizer kernels (``hpu::optimizer_adamw``...) a step runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.namespace == "hpu" and func.__name__.startswith("optimizer_")
         return func(*args, **(kwargs or {}))
 
 
@@ -110,12 +122,14 @@ if api.startswith("accelerate"):  # the fused optimizer of Accelerate's prepare,
     model, optimizer = accelerator.prepare(model, optimizer)
     backward = accelerator.backward
 g = torch.Generator().manual_seed(0)
-losses = []
+losses, kernels = [], []
 for _ in range(3):
     batch = torch.randint(0, 128, (2, 16), generator=g).to(model.device)
     loss = model(input_ids=batch, labels=batch).loss
     backward(loss)
-    optimizer.step()
+    with GaudiOptimizerKernels() as stepped:
+        optimizer.step()
+    kernels.append(stepped.count)
     optimizer.zero_grad()
     losses.append(loss.item())
 # What the rank holds of one projection (or of the experts), once Accelerate's prepare has
@@ -124,5 +138,6 @@ weight = (layer.mlp.experts.gate_up_proj if hasattr(layer.mlp, "experts")
           else layer.self_attn.q_proj.weight)
 held = (weight.to_local() if hasattr(weight, "to_local") else weight).numel()
 print("RESULT " + json.dumps({"rank": os.environ.get("RANK", "single"), "device": str(model.device),
-      "tokens": tokens, "losses": losses, "held": held, "collectives": dict(counted.count)}),
+      "tokens": tokens, "losses": losses, "held": held, "collectives": dict(counted.count),
+      "optimizer_kernels": kernels}),
       flush=True)

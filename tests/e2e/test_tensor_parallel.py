@@ -77,7 +77,12 @@ def _assert_same(found: list[dict], single: dict) -> None:
     [("tp_plan", 2), ("mesh", 2), ("accelerate", 2), ("config", 4), ("2d", 4)])
 def test_tensor_parallel_across_gaudi_equals_one_device(tmp_path, model_dir, single, api,
                                                          ranks):
-    _assert_same(_torchrun(tmp_path, model_dir, api, ranks), single)
+    found = _torchrun(tmp_path, model_dir, api, ranks)
+    _assert_same(found, single)
+    # Accelerate's prepare gives the optimizer Gaudi's fused AdamW (one group: one kernel a
+    # step), which steps each card's shards; the plain loops keep torch's step
+    assert [rank["optimizer_kernels"] for rank in found] == [
+        [1] * 3 if api == "accelerate" else [0] * 3] * ranks, found
 
 
 HINT = "hpu_plugin: a Gaudi process drives one device, always hpu:0"

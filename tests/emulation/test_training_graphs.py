@@ -252,7 +252,8 @@ def test_an_accelerate_loop_trains_its_layers_through_graphs(run):
 #: A default bf16 ``Trainer`` on a tiny Llama under ``torchrun``, one process per card: each
 #: rank writes its logged losses, each step's launches and graphs, its parameters, whether
 #: DDP keeps the gradients as views of its buckets, the memory held before each optimizer
-#: step (the gradients are there then) and the gradients' size. With ``FSDP`` set, the
+#: step (the gradients are there then), the Gaudi kernels each optimizer step launched and
+#: the gradients' size. With ``FSDP`` set, the
 #: ``Trainer`` shards the model as Transformers' docs write it (``fsdp="full_shard
 #: auto_wrap"``): FSDP 2 on Transformers 5, FSDP 1 on 4.x.
 CARDS_SCRIPT = TRAINING_ROWS + STEPS + r"""
@@ -262,9 +263,12 @@ from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArgumen
 
 class Held(TrainerCallback):
     def __init__(self):
-        self.held = []
+        self.held, self.kernels = [], []
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.held.append(torch.hpu.memory_allocated())
+        self.fused = counters.snapshot()["fused_kernels"]
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.kernels.append(counters.snapshot()["fused_kernels"] - self.fused)
 
 torch.manual_seed(0)
 model = LlamaForCausalLM(LlamaConfig(
@@ -286,7 +290,7 @@ with open(f"{sys.argv[1]}/rank{dist.get_rank()}.json", "w") as out:
                "parameters": [getattr(p, "full_tensor", lambda: p)().detach().float().sum()
                               .item() for p in model.parameters()],
                "views": getattr(trainer.model_wrapped, "gradient_as_bucket_view", None),
-               "held": held.held[1:],
+               "held": held.held[1:], "optimizer_kernels": held.kernels[1:],
                "gradients": sum(p.numel() * p.element_size() for p in model.parameters())},
               out)
 """
@@ -350,6 +354,16 @@ def test_a_fully_sharded_trainer_trains_through_graphs(run, tmp_path):
         assert max(on[0]["launches"]) * 3 < min(off[0]["launches"]) * 2, (on[0], off[0])
         # the whole of each parameter, gathered from its shards, is the same on both cards
         assert on[0]["parameters"] == on[1]["parameters"], on
+        # Accelerate wraps the optimizer before FSDP 2 puts the shards on the card; each card
+        # steps its shards with Gaudi's fused AdamW, one kernel a parameter group (with and
+        # without weight decay), where torch's fused AdamW (the Trainer's default) would run
+        # aten::_fused_adamw_, which the bridge lacks, on the CPU
+        torch_step = _on_two_cards(run, tmp_path / "torch_step", FSDP="1",
+                                   HPU_PLUGIN_FAST_OPTIMIZER="0")
+        assert [rank["optimizer_kernels"] for rank in on] == [[2] * 5] * 2, on
+        assert [rank["optimizer_kernels"] for rank in torch_step] == [[0] * 5] * 2, torch_step
+        assert on[0]["losses"] == torch_step[0]["losses"], (on[0], torch_step[0])
+        assert _close(on[0]["parameters"], torch_step[0]["parameters"], 1e-4), (on, torch_step)
 
 
 @pytest.mark.e2e
