@@ -110,11 +110,19 @@ def _local_grad(p: Any) -> Any:
     return _local(grad)
 
 
+def _kind(optimizer: Any) -> str | None:
+    """The fused kernel for ``optimizer``'s class (``"adamw"``, ``"sgd"``): exactly those
+    classes, not subclasses, whose steps may differ."""
+    import torch
+
+    return {torch.optim.AdamW: "adamw", torch.optim.SGD: "sgd"}.get(type(optimizer))
+
+
 def _fits(optimizer: Any) -> str | None:
     """Which fused kernel steps ``optimizer`` (``"adamw"``, ``"sgd"``), or None."""
     import torch
 
-    kind = {torch.optim.AdamW: "adamw", torch.optim.SGD: "sgd"}.get(type(optimizer))
+    kind = _kind(optimizer)
     if kind is None:
         return None
     for group in optimizer.param_groups:
@@ -347,9 +355,7 @@ def _placed_later(optimizer: Any) -> bool:
     """An AdamW or SGD whose parameters are not on hpu yet. Under FSDP 2 Accelerate wraps
     the optimizer before it shards the model onto the card (``Accelerator._prepare_fsdp2``)
     and gives the optimizer the sharded parameters afterwards."""
-    import torch
-
-    return type(optimizer) in (torch.optim.AdamW, torch.optim.SGD) and any(
+    return _kind(optimizer) is not None and any(
         p.device.type != DEVICE_TYPE for group in optimizer.param_groups
         for p in group["params"])
 

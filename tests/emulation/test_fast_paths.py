@@ -321,7 +321,8 @@ def train(kind, fast, on_card):
         optimizer.zero_grad()
     whole = [p.full_tensor().detach().cpu().flatten().tolist() for p in model.parameters()]
     return {"parameters": whole, "kernels": kernels,
-            "sharded": all(type(p).__name__ == "DTensor" for p in model.parameters())}
+            "sharded": all(type(p).__name__ == "DTensor" for p in model.parameters()),
+            "empty": [p.to_local().numel() == 0 for p in model.parameters()]}
 
 result = {f"{kind} {where}": {fast: train(kind, fast, where == "card") for fast in ("0", "1")}
           for kind in ("sgd", "adamw") for where in ("cpu", "card")}
@@ -342,6 +343,8 @@ def test_fused_optimizers_step_each_cards_shards_under_fsdp2(run, tmp_path):
         for case, arms in result.items():
             off, on = arms["0"], arms["1"]
             assert off["sharded"] and on["sharded"], (rank, case)
+            # the second card holds nothing of the last layer's weight and bias
+            assert on["empty"] == [False, False, rank == 1, rank == 1], (rank, case, on)
             # one kernel a step for the one group, on each card (the second card's shard of
             # the last layer is empty); torch's step without the fast path
             assert (off["kernels"], on["kernels"]) == ([0] * 3, [1] * 3), (rank, case, arms)
