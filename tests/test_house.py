@@ -300,3 +300,12 @@ def test_no_two_modules_share_a_name():
         if path.name != "__init__.py":
             seen.setdefault(path.stem, []).append(path.relative_to(PACKAGE).as_posix())
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_the_architecture_doc_names_every_emulator_module():
+    emulator = ROOT / "packages" / "hpu-emulator" / "hpu_emulator"
+    section = ARCHITECTURE.read_text().split("## The emulator distribution", 1)[1]
+    named = set(re.findall(r"`([\w/]+\.py)`", section.split("\n## ", 1)[0]))
+    actual = {path.relative_to(emulator).as_posix() for path in emulator.rglob("*.py")
+              if "standins" not in path.parts and path.name != "__init__.py"}
+    assert actual - named == set()
