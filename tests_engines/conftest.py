@@ -2,7 +2,7 @@
 Ray. They need requirements/engines.txt, so they live outside ``tests/`` and run in their
 own virtual environment (``.ci/steps/50-engines.sh``). Every test here starts real
 launchers in subprocesses on the emulator; the ``engines_full`` ones are the slowest and run
-from the second command in docs/scaling-out.md."""
+from the long-run command in docs/scaling-out.md."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ HERE = Path(__file__).parent
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "engines: needs requirements/engines.txt (slow)")
     config.addinivalue_line(
-        "markers", "engines_full: the slowest engine tests, run by the second command"
+        "markers", "engines_full: the slowest engine tests, run by the long-run command"
     )
 
 

@@ -35,7 +35,7 @@ def test_two_nodes_train_with_hccl_each_on_its_own_server(tmp_path, launcher):
 
 
 #: The failure paths under ``accelerate launch`` are the same check reached through
-#: Accelerate's torchrun; they run from the second command (engines_full).
+#: Accelerate's torchrun; they run from the long-run command (engines_full).
 LAUNCHERS = ["torchrun", pytest.param("accelerate", marks=pytest.mark.engines_full)]
 
 

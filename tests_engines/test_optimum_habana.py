@@ -1,4 +1,4 @@
-"""optimum-habana 1.21.2 on the emulator (the second command, from its own venv):
+"""optimum-habana 1.21.2 on the emulator (the long-run command, from its own venv):
 ``.venv-optimum/bin/pytest tests_engines/test_optimum_habana.py -m engines_full`` after
 ``setup_venv .venv-optimum requirements/optimum-habana.txt``. optimum-habana pins older
 Transformers and Accelerate than the project's newest, so it cannot share .venv-engines;

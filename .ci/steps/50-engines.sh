@@ -1,7 +1,7 @@
 # The distributed engines (docs/scaling-out.md): two emulated nodes under torchrun,
 # DeepSpeed ZeRO against DDP, Ray Train. Their dependencies (deepspeed, ray) live in their
 # own venv so they cannot change what the main suite sees. The slowest engine tests
-# (engines_full) run from the second command in docs/scaling-out.md.
+# (engines_full) run from the long-run command in docs/scaling-out.md.
 set -euo pipefail
 source .ci/steps/lib.bash
 DS_BUILD_OPS=0 setup_venv .venv-engines requirements/engines.txt

@@ -18,12 +18,12 @@ def migrated_env(tmp_path: Path, devices: int = 1, **extra: str) -> dict[str, st
 
 
 #: The slowest runs: deselected unless asked for (``pytest tests/gpu_migration -m
-#: migration_full``, the second command; its last results are in docs/gpu-migration.md).
+#: migration_full``, the long-run command; its last results are in docs/gpu-migration.md).
 FULL = "migration_full"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"{FULL}: slow GPU-migration runs, the second command")
+    config.addinivalue_line("markers", f"{FULL}: slow GPU-migration runs, the long-run command")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
