@@ -1,10 +1,11 @@
 """The selftest's document (``--json``, ``--report FILE``) and its table, with nothing secret.
 
-Of the environment only the documented variables are reported, by exact name (README's
-settings and Gaudi's own). Output tails can still carry what a program printed, so every
-value of any other environment variable (8 characters or longer) is replaced by its
-variable's name wherever it appears in the document: a token a library echoed, or a home
-directory in a traceback's paths, becomes ``$NAME``.
+Of the environment only settings are reported: the plugin's own and Gaudi's (by their
+prefixes, so a misspelt one shows too) and the few other names a Gaudi job reads. Output
+tails can still carry what a program printed, so every value of any other environment
+variable (8 characters or longer) is replaced by its variable's name wherever it appears in
+the document: a token a library echoed, or a home directory in a traceback's paths, becomes
+``$NAME``.
 """
 
 from __future__ import annotations
@@ -18,15 +19,9 @@ from typing import Any
 from hpu_plugin.gaudi.software import is_standin
 from hpu_plugin.selftest.runner import Outcome
 
-DOCUMENTED = (
-    "HPU_PLUGIN_DISABLE", "HPU_PLUGIN_ONLY", "HPU_PLUGIN_NO_THIRD_PARTY",
-    "HPU_PLUGIN_IMPORT_BUDGET", "HPU_PLUGIN_TRACE", "HPU_PLUGIN_HLSMI_TIMEOUT",
-    "HPU_PLUGIN_EMULATE",
-    "HPU_PLUGIN_EMULATE_DEVICES", "HPU_PLUGIN_EMULATE_MODULES", "HPU_PLUGIN_EMULATE_MEMORY",
-    "HPU_PLUGIN_CACHE_DIR", "HPU_PLUGIN_SELFTEST_FAULT", "HABANA_VISIBLE_MODULES",
-    "HABANA_VISIBLE_DEVICES", "HLS_MODULE_ID", "PT_HPU_LAZY_MODE", "PT_ENABLE_INT64_SUPPORT",
-    "PT_HPU_AUTOLOAD", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-)
+#: Settings by prefix: the plugin's, Gaudi's software's (``PT_HPU_GPU_MIGRATION`` among them).
+DOCUMENTED_PREFIXES = ("HPU_PLUGIN_", "PT_HPU_", "PT_ENABLE_", "HABANA_")
+DOCUMENTED = ("HLS_MODULE_ID", "TORCH_DEVICE_BACKEND_AUTOLOAD")
 DISTRIBUTIONS = (
     "hpu-plugin", "torch", "transformers", "accelerate", "pluggy", "tokenizers", "safetensors",
     "bitsandbytes", "peft", "deepspeed", "habana-torch-plugin", "habana-torch-dataloader",
@@ -50,16 +45,20 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+def documented(name: str) -> bool:
+    return name in DOCUMENTED or name.startswith(DOCUMENTED_PREFIXES)
+
+
 def documented_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    return {name: environ[name] for name in DOCUMENTED if name in environ}
+    return {name: value for name, value in sorted(environ.items()) if documented(name)}
 
 
 def scrub(value: Any, environ: Mapping[str, str] = os.environ) -> Any:
     """``value`` (nested dicts, lists, strings) with other variables' values replaced."""
-    kept = {environ[name] for name in DOCUMENTED if name in environ}
+    kept = set(documented_environment(environ).values())
     secrets = sorted(
         ((v, k) for k, v in environ.items()
-         if k not in DOCUMENTED and len(v) >= MIN_SCRUB and v not in kept),
+         if not documented(k) and len(v) >= MIN_SCRUB and v not in kept),
         key=lambda pair: -len(pair[0]),
     )
 

@@ -79,12 +79,17 @@ def test_placement_on_part_of_a_server_pairs_any_two_free_modules():
 
 def test_scrub_replaces_other_variables_values_and_keeps_documented_ones():
     environ = {"MY_API_TOKEN": "tok-0123456789abcdef", "HOME": "/home/someone",
-               "HPU_PLUGIN_EMULATE": "gaudi3", "SHORT": "abc", "HLS_MODULE_ID": "3"}
+               "HPU_PLUGIN_EMULATE": "gaudi3", "SHORT": "abc", "HLS_MODULE_ID": "3",
+               "HPU_PLUGIN_FAST_OPTIMIZER": "0", "PT_HPU_GPU_MIGRATION": "1",
+               "HPU_PLUGIN_FP8_STATS": "/home/someone/stats/measure"}
     doc = {"tail": ["auth tok-0123456789abcdef failed", "/home/someone/x.py line 3 abc"],
            "env": documented_environment(environ)}
     clean = scrub(doc, environ)
     assert clean["tail"] == ["auth $MY_API_TOKEN failed", "$HOME/x.py line 3 abc"]
-    assert clean["env"] == {"HPU_PLUGIN_EMULATE": "gaudi3", "HLS_MODULE_ID": "3"}
+    # every setting a report needs to reproduce a run, the fast-path switches among them
+    assert clean["env"] == {"HPU_PLUGIN_EMULATE": "gaudi3", "HLS_MODULE_ID": "3",
+                            "HPU_PLUGIN_FAST_OPTIMIZER": "0", "PT_HPU_GPU_MIGRATION": "1",
+                            "HPU_PLUGIN_FP8_STATS": "$HOME/stats/measure"}
 
 
 def test_unknown_check_names_are_refused_with_the_choices():
