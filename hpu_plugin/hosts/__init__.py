@@ -67,9 +67,14 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             peft_adapter.install(registry, patches, available)
             sentence_transformers_adapter.install(registry, patches, available)
         except Exception as exc:  # activation must never break `import torch`
+            from hpu_plugin import importhook
+
             log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
             record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")
+            # off means off: no adapter waits for a host imported later either
+            importhook.remove()
             patches.undo()
+            this_process.hosts_installed = False
 
 
 def installed() -> bool:

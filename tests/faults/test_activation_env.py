@@ -116,3 +116,39 @@ def test_free_memory_is_never_negative():
     assert result["refused"] is True
     for free, total in (result["before"], result["during"], result["after"]):
         assert 0 <= free <= total == 4 * 1024 * 1024
+
+
+ADAPTER_FAULT = """
+import json, sys
+from hpu_plugin.hosts import sentence_transformers_adapter
+
+def fault(*args, **kwargs):
+    raise RuntimeError("an adapter's fault")
+
+sentence_transformers_adapter.install = fault  # the last adapter installed fails
+import torch
+import transformers.trainer
+import accelerate.optimizer
+from hpu_plugin import hosts
+from hpu_plugin.patching import is_ours, this_process
+print("REPORT " + json.dumps({
+    "installed": hosts.installed(), "made": len(this_process.hosts.made),
+    "ours": [is_ours(vars(transformers.TrainingArguments)["__post_init__"]),
+             is_ours(vars(accelerate.optimizer.AcceleratedOptimizer)["__init__"]),
+             is_ours(vars(transformers.trainer.Trainer)["_inner_training_loop"])],
+    "out": {k: v for k, v in this_process.stayed_out.items() if "adapters" in k},
+    "tensor": torch.ones(2).tolist(),
+}))
+"""
+
+
+def test_a_failing_adapter_leaves_every_adapter_off_also_for_hosts_imported_later():
+    done = run(ADAPTER_FAULT, environ(HPU_PLUGIN_EMULATE="1"), timeout=300)
+    result = report(done)
+    assert result["tensor"] == [1.0, 1.0], result
+    assert "installing the host adapters failed; they are off" in done.stderr, done.stderr
+    # what it says is what it did: nothing patched, now or when Transformers and
+    # Accelerate are imported after import torch
+    assert result["installed"] is False and result["made"] == 0, result
+    assert result["ours"] == [False, False, False], result
+    assert any("an adapter's fault" in str(v) for v in result["out"].values()), result
