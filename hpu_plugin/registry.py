@@ -231,7 +231,9 @@ class Registry:
         return self.pm.hook.hpu_compile_backend(requested=requested)
 
     def ddp_backend(self, requested: str | None) -> str | None:
-        return self.pm.hook.hpu_ddp_backend(requested=requested)
+        """Plugins see the name as torch reads it: ``Backend("NCCL")`` is ``"nccl"``."""
+        return self.pm.hook.hpu_ddp_backend(
+            requested=None if requested is None else str(requested).lower())
 
     def job_facts(self, environ: Mapping[str, str]) -> dict[str, str]:
         """Every plugin's ``hpu_job_facts``, with the plugin version and the enabled plugins,

@@ -153,10 +153,10 @@ def held_module(modules: Sequence[int], holds_device: bool) -> int | None:
 
 
 def _index(device: str) -> int | None:
-    _, _, index = device.partition(":")
-    if not index:
+    _, colon, index = device.partition(":")
+    if not colon:
         return None
-    if not index.isdigit():
+    if not index.isdigit():  # "hpu:" too, which torch.device refuses
         raise PoolError(f"target_devices: {device!r} is not a device name; use hpu:<index>")
     return int(index)
 

@@ -205,7 +205,7 @@ def test_no_free_module_is_a_clear_error_with_the_fix():
     ("devices", "problem"),
     [(["hpu:0"], "held by this process"), (["hpu", "hpu:0"], "held by this process"),
      (["hpu:1", "hpu:1"], "held by another worker"), (["hpu:2"], "not one of the 2"),
-     (["hpu:x"], "not a device name")],
+     (["hpu:x"], "not a device name"), (["hpu:"], "not a device name")],
 )
 def test_explicit_hpu_devices_break_no_gaudi_rule(devices, problem):
     with pytest.raises(adapter.PoolError, match=problem):

@@ -247,3 +247,15 @@ def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
     assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "renamed", "ddp"]
     assert registry.ddp_backend(None) == "hccl"
     assert "does not allow" in registry.records["renamed"].reason
+
+
+def test_backend_names_reach_the_plugins_as_torch_reads_them(site):
+    # torch reads a backend name in any case (Backend("NCCL") is "nccl"): an upper-case
+    # "NCCL" is refused with the fix as "nccl" is, and "HCCL" gets HCCL's checks
+    registry = _registry(site.entry_points())
+    for name in ("nccl", "NCCL", "Nccl"):
+        with pytest.raises(Refusal, match=r"'nccl' is for NVIDIA GPUs.*ddp_backend='hccl'"):
+            registry.ddp_backend(name)
+    assert registry.ddp_backend("HCCL") == "hccl"
+    assert registry.ddp_backend("GLOO") == "gloo"
+    assert registry.ddp_backend(None) == "hccl"
