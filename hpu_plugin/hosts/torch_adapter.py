@@ -66,7 +66,8 @@ def _say_replaced(requested: object, chosen: object, warned: Once) -> None:
     warned.say(
         key, logging.WARNING,
         "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s. "
-        "Pass backend=%r to silence this warning.",
+        "Pass backend=%r to silence this warning, or set HPU_PLUGIN_DISABLE=compile to keep "
+        "the backend you named (for code that compiles for the CPU only).",
         _describe(requested), where, _describe(chosen), chosen,
     )
 
