@@ -45,6 +45,10 @@ def test_emulation_makes_habana_frameworks_findable_from_import_torch_on() -> No
 
 def test_emulation_switched_off_by_zero() -> None:
     assert _probe(HPU_PLUGIN_EMULATE="0")["found"] is False
+    # and activation inside import torch does not put the stand-ins on the path either
+    out = run_python("import torch\n" + PROBE, scrubbed(HPU_PLUGIN_EMULATE="0"), timeout=300,
+                     check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1])["found"] is False
 
 
 HOSTS_PROBE = """

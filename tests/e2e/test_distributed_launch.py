@@ -36,7 +36,8 @@ torch.distributed.all_gather(rows, flat)
 equal = all(torch.allclose(rows[0].cpu(), row.cpu()) for row in rows)
 print(f"rank={accelerator.process_index} n={accelerator.num_processes} "
       f"type={state.distributed_type} backend={state.backend} "
-      f"device={accelerator.device.type} equal={equal}", flush=True)
+      f"device={accelerator.device.type} views={model.gradient_as_bucket_view} "
+      f"equal={equal}", flush=True)
 """
 
 
@@ -67,6 +68,8 @@ def test_accelerate_launch_starts_one_process_per_device(tmp_path):
         assert rank["backend"] == "hccl"
         assert rank["device"] == "hpu"
         assert rank["equal"] == "True"  # DDP kept the parameters equal across ranks
+        # the user's own loop may keep a gradient across steps: no bucket views for it
+        assert rank["views"] == "False", rank
 
 
 def _torchrun_two(script: Path, env: dict[str, str]):
