@@ -135,7 +135,12 @@ if arm == "trainer":
               "dropout": train(True, config={"attention_dropout": 0.1})}
 else:  # a plain Accelerate loop, as the Accelerate docs write it
     from accelerate import Accelerator
-    accelerator = Accelerator()
+    from accelerate.utils import FullyShardedDataParallelPlugin
+    # FSDP2: each decoder layer sharded across the cards, as Accelerate's docs configure it
+    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(
+        fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["LlamaDecoderLayer"])) if os.environ.get(
+        "FSDP2") else Accelerator()
     # use_cache=False for training, as the Trainer sets it by default
     model = gemma(2) if arm == "gemma" else llama(2, use_cache=False)
     if os.environ.get("CHECKPOINTING"):
@@ -160,7 +165,11 @@ else:  # a plain Accelerate loop, as the Accelerate docs write it
         losses.append(loss.item())
         graphs.append(end.get("compiled_graphs", 0) - start.get("compiled_graphs", 0))
         syncs.append(end["syncs"] - start["syncs"])
-    result = {"losses": losses, "graphs": graphs, "syncs": syncs, "held": held}
+    result = {"losses": losses, "graphs": graphs, "syncs": syncs, "held": held,
+              "sharded": type(next(model.parameters())).__name__}
+    if os.environ.get("FSDP2"):  # each rank its own file: the ranks share one pipe
+        with open(f"{os.environ['OUT']}/rank{accelerator.process_index}.json", "w") as out:
+            json.dump(result, out)
 print("RESULT" + json.dumps(result))
 """
 
@@ -379,6 +388,30 @@ def test_a_fully_sharded_trainer_trains_through_graphs(run, tmp_path):
         assert len(torch_step[0]["losses"]) == 6, torch_step
         assert on[0]["losses"] == torch_step[0]["losses"], (on[0], torch_step[0])
         assert _close(on[0]["parameters"], torch_step[0]["parameters"], 1e-4), (on, torch_step)
+
+
+@pytest.mark.e2e
+def test_an_accelerate_fsdp2_loop_trains_its_layers_through_graphs(run, tmp_path):
+    # Accelerate's FSDP 2 gathers each decoder layer's shards around the layer's compiled
+    # forward and reduces its gradients as the backward graph produces them
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+
+    def ranks(name: str, **env: str) -> list[dict[str, Any]]:
+        out = tmp_path / name
+        out.mkdir()
+        run("", {**ENV, "ARM": "accelerate", "FSDP2": "1", "OUT": str(out),
+                 "HPU_PLUGIN_EMULATE_DEVICES": "2", **env}, timeout=900,
+            args=[sys.executable, "-m", "torch.distributed.run", "--standalone",
+                  "--nproc_per_node", "2", str(script)])
+        return [json.loads((out / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+
+    on, off = ranks("on"), ranks("off", HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
+    assert [rank["sharded"] for rank in on + off] == ["DTensor"] * 4, (on, off)
+    # the graphs of the loop on one card (test_an_accelerate_loop_...), on every card
+    assert [rank["graphs"] for rank in on] == [[11] * 4] * 2, on
+    assert [rank["graphs"] for rank in off] == [[0] * 4] * 2, off
+    assert _close(on[0]["losses"], off[0]["losses"], 1e-4), (on[0], off[0])
 
 
 @pytest.mark.e2e
