@@ -149,9 +149,9 @@ def hpu_ddp_backend(requested: str | None) -> str | None:
 
     Called when a host is about to start a process group (Accelerate's ``PartialState``,
     ``TrainingArguments``, ``init_process_group`` with no backend), with the backend the user
-    named (``ddp_backend=``, ``backend=``) or ``None``. The hosts never replace a backend
-    the user named. May raise :class:`Refusal` for a combination that cannot work, before
-    any collective runs.
+    named (``ddp_backend=``, ``backend=``), lower-cased as torch reads it, or ``None``. The
+    hosts never replace a backend the user named. May raise :class:`Refusal` for a
+    combination that cannot work, before any collective runs.
     """
 
 

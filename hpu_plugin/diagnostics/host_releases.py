@@ -158,9 +158,10 @@ def probe_adapters() -> dict[str, Any]:
         logger.setLevel(level)
         _unbind(printed)
     installed = hosts.installed()
+    failed = patching.this_process.stayed_out.get("hpu_plugin host adapters")
     return {
         "installed": installed,
-        "note": "" if installed else (
+        "note": "" if installed else f"none installed: {failed}" if failed else (
             f"none installed, the plugin is not active here (activation: {state.get('status')}, "
             f"{state.get('reason')})"
         ),

@@ -70,10 +70,12 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             from hpu_plugin import importhook
 
             log.error("hpu_plugin: installing the host adapters failed; they are off: %r", exc)
-            record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")
-            # off means off: no adapter waits for a host imported later either
+            # off means off: no adapter waits for a host imported later either, and what
+            # stayed out of the partial installation is moot
             importhook.remove()
             patches.undo()
+            this_process.stayed_out.clear()
+            record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")
             this_process.hosts_installed = False
 
 

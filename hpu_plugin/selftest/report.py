@@ -17,6 +17,7 @@ from importlib import metadata
 from typing import Any
 
 from hpu_plugin.gaudi.software import is_standin
+from hpu_plugin.patching import environ_entry, this_process
 from hpu_plugin.selftest.runner import Outcome
 
 #: Settings by prefix: the plugin's, Gaudi's software's (``PT_HPU_GPU_MIGRATION`` among them).
@@ -50,7 +51,11 @@ def documented(name: str) -> bool:
 
 
 def documented_environment(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    return {name: value for name, value in sorted(environ.items()) if documented(name)}
+    """The settings set in ``environ``, but for the defaults activation exported itself:
+    the report says what the user set."""
+    exported = set(this_process.environment.made) if environ is os.environ else set()
+    return {name: value for name, value in sorted(environ.items())
+            if documented(name) and environ_entry(name) not in exported}
 
 
 def scrub(value: Any, environ: Mapping[str, str] = os.environ) -> Any:

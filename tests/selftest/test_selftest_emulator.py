@@ -38,7 +38,8 @@ def selftest(tmp_path: Path, *args: str, emulate: bool = True, **extra: str) -> 
     assert done.returncode in (0, 1, 2), done.stderr[-3000:]
     text = report.read_text() if report.exists() else "{}"
     assert SECRET not in text and SECRET not in done.stdout and SECRET not in done.stderr
-    return done.returncode, {**json.loads(text), "stdout": done.stdout, "stderr": done.stderr}
+    return done.returncode, {**json.loads(text), "stdout": done.stdout, "stderr": done.stderr,
+                             "given": env}
 
 
 def statuses(doc: dict) -> dict[str, str]:
@@ -82,7 +83,11 @@ def test_the_report_has_what_a_bug_report_needs(full_run):
     assert doc["activation"]["status"] == "active"
     enabled = {p["name"] for p in doc["plugins"] if p["status"] == "enabled"}
     assert enabled >= {"device", "compile", "ddp", "quantization"}
-    assert doc["environment"] == {"HPU_PLUGIN_EMULATE": "1"}  # documented variables only
+    # the settings the run was given (the test's own recipe cache, the shared build cache)
+    # and nothing else: not the secret, nor a default the plugin exported itself
+    given = {"HPU_PLUGIN_EMULATE", "PT_HPU_RECIPE_CACHE_CONFIG", "HPU_PLUGIN_CACHE_DIR"}
+    assert set(doc["environment"]) == given & set(doc["given"]), doc["environment"]
+    assert doc["environment"]["HPU_PLUGIN_EMULATE"] == "1"
     for check in doc["checks"]:
         assert check["tail"], check["name"]
         assert check["seconds"] > 0
