@@ -44,6 +44,11 @@ MATRIX: tuple[MatrixEntry, ...] = (
         "PyPI's CUDA build of torch, run on a CPU",
     ),
     MatrixEntry(
+        "gaudi-1.24.0", "2.10.0", "4.55.4", "1.10.1",
+        "the torch of Intel Gaudi software 1.24.0 with the hosts its support matrix names; "
+        "PyPI's CUDA build of torch, run on a CPU",
+    ),
+    MatrixEntry(
         "gaudi-1.24.1", "2.11.0", "5.24.0", "1.15.0",
         "the torch of Intel Gaudi software 1.24.1 with the newest hosts; PyPI's CUDA build "
         "of torch, run on a CPU",

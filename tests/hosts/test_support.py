@@ -51,7 +51,8 @@ from hpu_plugin.patching import Patches
         ("torch", "2.14.1+cu130", support.OUT_OF_RANGE),  # no CPU build of it was tested
         ("torch", "2.11.0+cu130", support.TESTED),  # the torch of Gaudi software 1.24.1
         ("torch", "2.9.0", support.TESTED),
-        ("torch", "2.10.0", support.UNTESTED),
+        ("torch", "2.10.0", support.TESTED),  # the torch of Gaudi software 1.24.0
+        ("torch", "2.10.1", support.UNTESTED),
         ("torch", "2.12.1", support.UNTESTED),
         ("torch", "2.8.0", support.OUT_OF_RANGE),  # older than any Gaudi release tested
         ("torch", "2.15.0.dev20260101+cpu", support.OUT_OF_RANGE),
@@ -66,8 +67,8 @@ def test_classify_fabricated_versions(host, version, standing):
 def test_untested_names_the_nearest_tested_releases():
     message = support.classify("transformers", "4.56.2").message
     assert "4.55.4 and 4.57.6" in message
-    message = support.classify("torch", "2.10.0").message
-    assert "2.9.0 and 2.11.0" in message
+    message = support.classify("torch", "2.12.0").message
+    assert "2.11.0 and 2.13.0" in message
     message = support.classify("accelerate", "1.9.0").message  # 1.9 < 1.10 numerically
     assert "1.5.0 and 1.10.1" in message
 
