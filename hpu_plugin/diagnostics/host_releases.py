@@ -158,7 +158,7 @@ def probe_adapters() -> dict[str, Any]:
         logger.setLevel(level)
         _unbind(printed)
     installed = hosts.installed()
-    failed = patching.this_process.stayed_out.get("hpu_plugin host adapters")
+    failed = hosts.failure()
     return {
         "installed": installed,
         "note": "" if installed else f"none installed: {failed}" if failed else (

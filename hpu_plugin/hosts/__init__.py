@@ -26,6 +26,9 @@ log = logging.getLogger("hpu_plugin")
 
 _lock = threading.Lock()
 
+#: Where ``this_process.stayed_out`` says why the installation failed (``failure()``).
+_FAILED = ("hpu_plugin", "host adapters")
+
 
 def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = None,
             fast_paths: Callable[[Registry, Patches], None] | None = None) -> None:
@@ -75,13 +78,18 @@ def install(registry: Registry, summary: Callable[[], dict[str, str]] | None = N
             importhook.remove()
             patches.undo()
             this_process.stayed_out.clear()
-            record_out("hpu_plugin", "host adapters", f"installing them failed: {exc!r}")
+            record_out(*_FAILED, f"installing them failed: {exc!r}")
             this_process.hosts_installed = False
 
 
 def installed() -> bool:
     """Whether the adapters are installed in this process (the diagnostics report it)."""
     return this_process.hosts_installed
+
+
+def failure() -> str | None:
+    """Why installing the adapters failed in this process, if it did."""
+    return this_process.stayed_out.get(" ".join(_FAILED))
 
 
 def uninstall() -> None:

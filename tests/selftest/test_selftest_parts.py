@@ -92,6 +92,18 @@ def test_scrub_replaces_other_variables_values_and_keeps_documented_ones():
                             "HPU_PLUGIN_FP8_STATS": "$HOME/stats/measure"}
 
 
+def test_the_report_leaves_out_the_defaults_activation_exported(monkeypatch):
+    from hpu_plugin.patching import environ_entry, this_process
+
+    name = "HPU_PLUGIN_TEST_EXPORTED_DEFAULT"
+    monkeypatch.setenv(name, "1")
+    assert documented_environment()[name] == "1"  # the user's setting
+    # the same variable as activation exports a Gaudi default (Patches.setenv records it)
+    monkeypatch.setattr(this_process.environment, "made",
+                        [*this_process.environment.made, environ_entry(name)])
+    assert name not in documented_environment()
+
+
 def test_unknown_check_names_are_refused_with_the_choices():
     assert [c.name for c in catalog.select(["numerics", "detect"], None)] == [
         "detect", "numerics"]
