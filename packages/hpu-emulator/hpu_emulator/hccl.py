@@ -15,33 +15,45 @@ from typing import Any
 from hpu_plugin.gaudi import selection
 
 
-def initialize_distributed_hpu() -> tuple[int, int, int]:
-    """The import-time environment effects of the real ``hccl`` module."""
+def initialize_distributed_hpu(world_size: int | None = None, rank: int | None = None,
+                               local_rank: int | None = None) -> tuple[int, int, int]:
+    """What the real ``hccl`` module does at import, and again when a custom launcher calls
+    it with all three values (Gaudi's documented way to set up a job by hand): those values
+    are exported; otherwise Open MPI's rank variables are mapped, all three or none, unless
+    the job's own are all set. ``HLS_MODULE_ID`` is the user's when set; else a local rank
+    of a job of several processes pins its module. Returns ``(world_size, rank,
+    local_rank)``, ``-1`` for what is unknown."""
     env = os.environ
-    for source, target in (
-        ("OMPI_COMM_WORLD_LOCAL_RANK", "LOCAL_RANK"),
-        ("OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"),
-        ("OMPI_COMM_WORLD_RANK", "RANK"),
-    ):
-        if source in env:
-            env[target] = env[source]
-    if not all(name in env for name in ("LOCAL_RANK", "WORLD_SIZE", "RANK")):
-        env.setdefault("MASTER_ADDR", "localhost")
-        env.setdefault("MASTER_PORT", "12345")
+    ours = ("LOCAL_RANK", "WORLD_SIZE", "RANK")
+    if world_size is not None and rank is not None and local_rank is not None:
+        env.update(WORLD_SIZE=str(world_size), RANK=str(rank), LOCAL_RANK=str(local_rank))
+    else:
+        mpi = ("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK")
+        if not all(name in env for name in ours):
+            if all(name in env for name in mpi):
+                env.update({target: env[source] for source, target in zip(mpi, ours, strict=True)})
+            env.setdefault("MASTER_ADDR", "localhost")
+            env.setdefault("MASTER_PORT", "12345")
     world_size = int(env.get("WORLD_SIZE", "1"))
     rank = int(env.get("RANK", "-1"))
     local_rank = int(env.get("LOCAL_RANK", "-1"))
-    if world_size > 1 and local_rank != -1:
+    if world_size > 1 and local_rank != -1 and "HLS_MODULE_ID" not in env:
         from hpu_emulator import runtime
 
         runtime.fix_acquisition_if_device_used()
         visible = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
+        if len(visible) > 1 and local_rank >= len(visible):
+            raise AssertionError(
+                f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
+                f"but HABANA_VISIBLE_MODULES={env['HABANA_VISIBLE_MODULES']} lists "
+                f"{len(visible)}. Please verify if HABANA_VISIBLE_MODULES is set correctly.")
         # One visible module (Ray, Kubernetes: each worker its own): the device is acquired
         # by type among the visible ones, so the process takes that module whatever its rank.
         env["HLS_MODULE_ID"] = (
             visible[0] if len(visible) == 1 else visible[local_rank] if visible else str(local_rank)
         )
-    env["ID"] = str(rank)
+    if rank != -1:
+        env["ID"] = str(rank)
     return world_size, rank, local_rank
 
 

@@ -1,0 +1,61 @@
+"""The environment the ``hccl`` module sets up, as the bridge's ``initialize_distributed_hpu``
+does: at import for torchrun and mpirun, and when a custom launcher calls it with its own
+world size, rank and local rank (Gaudi's documented way for launchers that set nothing)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SHOW = """
+import json, os
+import torch
+import habana_frameworks.torch.distributed.hccl as hccl
+{call}
+names = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "HLS_MODULE_ID", "ID", "MASTER_ADDR")
+print(json.dumps({{"returned": returned, **{{n: os.environ.get(n) for n in names}}}}))
+"""
+
+
+def _environment(run, call: str, **env: str) -> dict[str, object]:
+    out = run(SHOW.format(call=call), env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_a_custom_launcher_passes_its_ranks_and_they_are_exported(run):
+    seen = _environment(run, "returned = hccl.initialize_distributed_hpu(4, 3, 1)")
+    assert seen["returned"] == [4, 3, 1]
+    assert (seen["WORLD_SIZE"], seen["RANK"], seen["LOCAL_RANK"]) == ("4", "3", "1")
+    assert seen["HLS_MODULE_ID"] == "1" and seen["ID"] == "3"
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    # mpirun: all three of Open MPI's variables are mapped
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+      "OMPI_COMM_WORLD_RANK": "1"},
+     {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "HLS_MODULE_ID": "1", "ID": "1",
+      "MASTER_ADDR": "localhost"}),
+    # the launcher's own variables, all set, are not replaced by Open MPI's
+    ({"OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_SIZE": "8",
+      "OMPI_COMM_WORLD_RANK": "5", "WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"},
+     {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "HLS_MODULE_ID": "1", "ID": "1"}),
+    # part of Open MPI's set maps nothing
+    ({"OMPI_COMM_WORLD_RANK": "5"},
+     {"WORLD_SIZE": None, "RANK": None, "LOCAL_RANK": None, "HLS_MODULE_ID": None,
+      "ID": None, "MASTER_ADDR": "localhost"}),
+    # a module the user chose stays chosen
+    ({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1", "HLS_MODULE_ID": "6"},
+     {"HLS_MODULE_ID": "6", "ID": "1"}),
+])
+def test_the_import_maps_ranks_as_the_bridge_does(run, env, expected):
+    seen = _environment(run, "returned = None", **env)
+    assert {name: seen[name] for name in expected} == expected
+
+
+def test_a_local_rank_beyond_the_visible_modules_is_refused_at_import(run):
+    done = run(SHOW.format(call="returned = None"),
+               {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "3",
+                "HABANA_VISIBLE_MODULES": "0,1"}, check=False)
+    assert done.returncode != 0
+    assert "HABANA_VISIBLE_MODULES" in done.stderr and "LOCAL_RANK=3" in done.stderr
