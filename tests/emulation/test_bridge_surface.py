@@ -97,3 +97,58 @@ print(version, row[0].split()[-1] if row else None)
     # emulation requested but switched off by the user: no emulator, so no distribution
     off = run(show, {"HPU_PLUGIN_DISABLE": "1"}).stdout.split()
     assert off[0] == "None", off
+
+
+def test_answers_and_lazy_only_functions_follow_the_bridge(run):
+    """What the bridge's ``torch.hpu``, step API, FusedSGD and FusedSDPA answer, so code that
+    runs on the emulator behaves the same on a Gaudi (habana_frameworks/torch/hpu, core,
+    hpex: gaudi-pytorch-bridge's Python sources)."""
+    run("""
+        import torch
+        import habana_frameworks.torch.core as htcore
+        from habana_frameworks.torch.hpex.kernels import FusedSDPA
+        from habana_frameworks.torch.hpex.optimizers import FusedSGD
+
+        # eager mode: the lazy-only step functions do nothing, a closure never runs
+        ran = []
+        htcore.add_step_closure(ran.append, ("closure",))
+        htcore.mark_step()
+        assert htcore.iter_mark_step() is None
+        assert ran == [], ran
+
+        # the cards of a server are peers; the same or an invalid id is an error
+        assert torch.hpu.can_device_access_peer(0, 1) is True
+        for pair, text in (((0, 0), "Both the ids are same."), ((0, 8), "Invalid device id : 8")):
+            try:
+                torch.hpu.can_device_access_peer(*pair)
+            except AssertionError as exc:
+                assert str(exc) == text, exc
+            else:
+                raise AssertionError(f"{pair} were called peers")
+
+        # memory_usage is bytes in use; utilization needs Gaudi's pyhlml
+        x = torch.empty(1024, device="hpu")
+        assert torch.hpu.memory_usage() == torch.hpu.memory_stats()["InUse"] >= 4096
+        try:
+            torch.hpu.utilization()
+        except ModuleNotFoundError as exc:
+            assert "pyhlml" in str(exc)
+        else:
+            raise AssertionError("utilization() answered without pyhlml")
+
+        # FusedSGD keeps its momentum in float32 for bf16 weights, as the bridge allocates it
+        w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16, device="hpu"))
+        w.grad = torch.full_like(w, 0.5)
+        opt = FusedSGD([w], lr=0.1, momentum=0.9)
+        opt.step()
+        assert opt.state[w]["momentum_buffer"].dtype == torch.float32
+        assert torch.allclose(w.float().cpu(), torch.full((4,), 0.95), atol=4e-3)
+
+        # FusedSDPA: a softmax mode other than "fast" is the default mode, as in the kernel
+        q = torch.randn(1, 2, 8, 16, device="hpu")
+        plain = FusedSDPA.apply(q, q, q, None, 0.0, True)
+        for mode in ("None", "fp32"):
+            same = FusedSDPA.apply(q, q, q, None, 0.0, True, None, mode)
+            assert torch.equal(same.cpu(), plain.cpu()), mode
+        print("ok")
+    """)

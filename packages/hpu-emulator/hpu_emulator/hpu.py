@@ -181,7 +181,16 @@ def get_arch_list() -> list[str]:
 
 
 def can_device_access_peer(device: Any, peer_device: Any) -> bool:
-    return False
+    """The bridge's answer: two different valid indices are peers (the cards of a server
+    are linked), the same or an invalid one is an error."""
+    init()
+    count = device_count()
+    for index in (_index(device), _index(peer_device)):
+        if not 0 <= index < count:
+            raise AssertionError(f"Invalid device id : {index}")
+    if _index(device) == _index(peer_device):
+        raise AssertionError("Both the ids are same.")
+    return True
 
 
 def synchronize(device: Any = None) -> None:
@@ -441,12 +450,15 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
 
 
 def memory_usage(device: Any = None) -> int:
-    stats = memory_stats(device)
-    return round(100 * stats["InUse"] / stats["Limit"]) if stats["Limit"] else 0
+    """Bytes in use, as the bridge returns (``InUse`` of the memory statistics)."""
+    return memory_stats(device)["InUse"]
 
 
 def utilization(device: Any = None) -> int:
-    raise RuntimeError("utilization() needs pyhlml, which the Gaudi emulator does not provide")
+    """The bridge asks ``pyhlml``, Gaudi's management library, which is not emulated."""
+    init()
+    _check_index(_index(device))
+    raise ModuleNotFoundError("pyhlml module not found, please install pyhlml")
 
 
 # ------------------------------------------------------------------ random

@@ -37,7 +37,6 @@ import torch
 
 from hpu_emulator.kernels.checks import expect, expect_float
 
-SOFTMAX_MODES = ("none", "fast")
 PADDING_SIDES = ("left", "right")
 
 
@@ -54,8 +53,6 @@ def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p: float, softmax_
     expect(k.shape[-2] == v.shape[-2],
            f"{op}: k and v sequence lengths differ ({k.shape[-2]} vs {v.shape[-2]})")
     expect(0.0 <= p < 1.0, f"{op}: dropout p must be in [0, 1), got {p}")
-    expect(softmax_mode.lower() in SOFTMAX_MODES,
-           f"{op}: softmax_mode must be 'None' or 'fast', got {softmax_mode!r}")
 
 
 def _keep_mask(q: torch.Tensor, k: torch.Tensor, is_causal: bool,

@@ -11,7 +11,7 @@ hardware, where they log a warning once.
 """
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from hpu_emulator import lazy
@@ -33,31 +33,19 @@ def mark_step(device_str: str = "", sync: bool = False) -> None:
         _warn_once("mark_step")
 
 
-def iter_mark_step(iterable: Any = "") -> Any:
-    """The bridge's ``iter_mark_step(device_str)`` marks a step; given an iterable (the
-    emulator's older form), a step is marked after each item."""
-    if isinstance(iterable, str):
-        mark_step()
-        return None
-    return _marked(iterable)
+def iter_mark_step(device_str: str = "") -> None:
+    """A step boundary, as ``mark_step``; the bridge's form takes no iterable."""
+    mark_step(device_str)
 
 
-def _marked(iterable: Iterable[Any]) -> Any:
-    for item in iterable:
-        yield item
-        mark_step()
-
-
-def add_step_closure(
-    closure: Callable[..., Any], args: tuple = (), run_async: bool = False
-) -> None:
+def add_step_closure(closure: Callable[..., Any], args: tuple = ()) -> None:
     """Lazy mode: run ``closure(*args)`` at the next ``mark_step``, as the bridge does.
-    Eager mode: at once (there is no step to wait for)."""
+    Eager mode: nothing, as on the bridge (its lazy-only functions do nothing there), so a
+    closure that only runs under emulation is not mistaken for one that runs on Gaudi."""
     if lazy.is_lazy():
         lazy.add_step_closure(closure, args)
         return
     _warn_once("add_step_closure")
-    closure(*args)
 
 
 def is_initialized() -> bool:

@@ -57,8 +57,8 @@ class FusedSGD(Optimizer):
         buffers = []
         for p in params:
             state = self.state[p]
-            if "momentum_buffer" not in state:
-                state["momentum_buffer"] = torch.zeros_like(p.grad)
+            if "momentum_buffer" not in state:  # float32 whatever the weights', as the bridge
+                state["momentum_buffer"] = torch.zeros(p.grad.shape, device="hpu")
             buffers.append(state["momentum_buffer"])
         momentum = torch.tensor(float(group["momentum"]), device="hpu")
         op = (_hpex_C.optimizer_sgd_momentum if self.is_lazy
