@@ -35,3 +35,4 @@ def check_environment() -> None:
 
     config.server()
     config.check_launcher_variables(os.environ)
+    config.check_metrics_variables(os.environ)

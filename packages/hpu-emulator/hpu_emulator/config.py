@@ -124,6 +124,33 @@ def check_launcher_variables(environ: Mapping[str, str]) -> None:
                 raise EmulationError(str(exc)) from None
 
 
+#: The bridge's metrics file formats and dump triggers (``hpu/metrics/saver.py``).
+METRICS_FORMATS = ("json", "text")
+METRICS_TRIGGERS = ("process_exit", "mark_step", "metric_change")
+
+
+def metrics_variable(environ: Mapping[str, str], name: str) -> str | None:
+    """A ``PT_HPU_METRICS_*`` variable, or the older ``HABANA_PT_METRICS_*`` spelling."""
+    return environ.get(name, environ.get(name.replace("PT_HPU_", "HABANA_PT_", 1)))
+
+
+def check_metrics_variables(environ: Mapping[str, str]) -> None:
+    """A metrics file format or dump trigger the bridge does not know stops the start with
+    the fix (the bridge fails its import on it)."""
+    form = metrics_variable(environ, "PT_HPU_METRICS_FILE_FORMAT")
+    if form is not None and form not in METRICS_FORMATS:
+        raise EmulationError(
+            f"PT_HPU_METRICS_FILE_FORMAT={form!r} is not a metrics file format; fix: set it to "
+            f"one of {', '.join(METRICS_FORMATS)}, or unset it for json")
+    triggers = metrics_variable(environ, "PT_HPU_METRICS_DUMP_TRIGGERS") or "process_exit"
+    for trigger in triggers.split(","):
+        if trigger not in METRICS_TRIGGERS:
+            raise EmulationError(
+                f"PT_HPU_METRICS_DUMP_TRIGGERS={triggers!r} names {trigger!r}, which is no dump "
+                f"trigger; fix: list some of {', '.join(METRICS_TRIGGERS)}, separated by "
+                "commas, or unset it")
+
+
 @dataclass(frozen=True)
 class Server:
     generation: str

@@ -78,6 +78,9 @@ def mark_step() -> None:
         _closures.clear()
     for closure in closures:
         closure()
+    from hpu_emulator import metrics
+
+    metrics.dispatcher.publish(metrics.MARK_STEP, {})
 
 
 def flush() -> None:

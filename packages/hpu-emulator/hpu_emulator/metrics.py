@@ -9,10 +9,18 @@ start of the process, ``reset()`` zeroes them, ``metric_localcontext`` collects 
 ``MetricNotFound``. ``recipe_cache`` exists only when ``PT_HPU_ENABLE_CACHE_METRICS`` is on
 when the module loads, as on hardware. What publishes the events is the recipe-cache model
 of ``hpu_backend`` (``recipes.py``); graph compilation durations are microseconds.
+
+``PT_HPU_METRICS_FILE`` (or ``HABANA_PT_METRICS_FILE``) has the global metrics written to a
+file, as Gaudi's guides tell users to collect them: in ``PT_HPU_METRICS_FILE_FORMAT``
+(``json``, the default, or ``text``), at the ``PT_HPU_METRICS_DUMP_TRIGGERS``
+(``process_exit``, the default, ``mark_step``, ``metric_change``), once the process has
+acquired its device; the file name gets ``-rank<RANK>`` in a job, and an existing file is
+never overwritten (``.1``, ``.2``... are added), as the bridge's ``MetricSaver`` does.
 """
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
 import os
@@ -22,6 +30,7 @@ from contextlib import contextmanager
 from statistics import mean
 from typing import Any
 
+from hpu_emulator import config
 from hpu_plugin import settings
 
 #: Event topics, as the bridge's ``EventId`` names them.
@@ -30,6 +39,8 @@ CPU_FALLBACK = "CPU_FALLBACK"
 CACHE_HIT = "CACHE_HIT"
 CACHE_MISS = "CACHE_MISS"
 MEMORY_DEFRAGMENTATION = "MEMORY_DEFRAGMENTATION"
+MARK_STEP = "MARK_STEP"
+DEVICE_ACQUIRED = "DEVICE_ACQUIRED"
 
 Callback = Callable[[dict[str, str]], None]
 
@@ -84,9 +95,14 @@ class Metric:
     def start(self) -> None:
         if not self._handles:
             self._handles = [
-                dispatcher.subscribe(topic, lambda params, t=topic: self._on_event(t, params))
+                dispatcher.subscribe(topic, lambda params, t=topic: self._event(t, params))
                 for topic in self.TOPICS
             ]
+
+    def _event(self, topic: str, params: dict[str, str]) -> None:
+        self._on_event(topic, params)
+        if _globals.get(self.NAME) is self:
+            _changed(self)
 
     def stop(self) -> None:
         for handle in self._handles:
@@ -237,21 +253,120 @@ def metric_localcontext(name: str) -> Iterator[Metric]:
         metric.stop()
 
 
+class _Writer:
+    """One metrics file, opened when the first record comes: a new file, never an existing
+    one. JSON is one array of records, text one block a record, as the bridge writes them."""
+
+    def __init__(self, name: str, form: str) -> None:
+        self.name, self.form, self._out = name, form, None
+        self._records = 0
+        self._lock = threading.Lock()
+
+    def _open(self) -> Any:
+        directory = os.path.dirname(self.name)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        candidate, index = self.name, 0
+        while True:
+            try:
+                out = open(candidate, "x")  # closed by close()
+                break
+            except FileExistsError:
+                index += 1
+                candidate = f"{self.name}.{index}"
+        self.name = candidate
+        if self.form == "json":
+            out.write("[")
+        return out
+
+    def write(self, metric: Metric, trigger: str) -> None:
+        now = datetime.datetime.now().isoformat()
+        stats = list(metric.stats())
+        with self._lock:
+            if self._out is None:
+                self._out = self._open()
+            if self.form == "json":
+                record = {"metric_name": metric.name(), "triggered_by": trigger,
+                          "generated_on": now, "statistics": dict(stats)}
+                self._out.write((",\n" if self._records else "") + json.dumps(record, default=str))
+            else:
+                self._out.writelines([f"Metric name: {metric.name()}\n",
+                                      f"Triggered by: {trigger}\n", f"Generated on: {now}\n",
+                                      "Statistics:\n",
+                                      *[f"\t{key}: {value}\n" for key, value in stats], "\n"])
+            self._records += 1
+            self._out.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._out is not None:
+                if self.form == "json":
+                    self._out.write("]\n")
+                self._out.close()
+                self._out = None
+
+
+def _rank_name(name: str) -> str:
+    """``metrics.json`` -> ``metrics-rank3.json`` in a job (``RANK``, or Open MPI's)."""
+    rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
+    if rank is None:
+        return name
+    base, dot, ext = name.rpartition(".")
+    return f"{base}-rank{rank}.{ext}" if dot else f"{name}-rank{rank}"
+
+
+class _Saver:
+    """``PT_HPU_METRICS_FILE``: the global metrics written at each trigger."""
+
+    def __init__(self) -> None:
+        name = config.metrics_variable(os.environ, "PT_HPU_METRICS_FILE")
+        self.triggers: tuple[str, ...] = ()
+        self.writer: _Writer | None = None
+        self.acquired = False
+        if not name:
+            return
+        from hpu_emulator import runtime
+
+        self.acquired = runtime.device_acquired()
+        config.check_metrics_variables(os.environ)
+        self.triggers = tuple((config.metrics_variable(
+            os.environ, "PT_HPU_METRICS_DUMP_TRIGGERS") or "process_exit").split(","))
+        self.writer = _Writer(_rank_name(name), config.metrics_variable(
+            os.environ, "PT_HPU_METRICS_FILE_FORMAT") or "json")
+        dispatcher.subscribe(DEVICE_ACQUIRED, lambda params: setattr(self, "acquired", True))
+        dispatcher.subscribe(MARK_STEP, lambda params: self.dump("mark_step"))
+        atexit.register(self.at_exit)
+
+    def dump(self, trigger: str, metrics: Sequence[Metric] | None = None) -> None:
+        if self.writer is not None and self.acquired and trigger in self.triggers:
+            for metric in _globals.values() if metrics is None else metrics:
+                self.writer.write(metric, trigger)
+
+    def at_exit(self) -> None:
+        self.dump("process_exit")
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _changed(metric: Metric) -> None:
+    if _saver is not None:
+        _saver.dump("metric_change", [metric])
+
+
+_saver: _Saver | None = None
+_saver = _Saver()
+
+
 def metrics_dump(file_name: str, format: str = "json") -> None:
-    """Write the global metrics to ``file_name`` (``"json"`` or ``"text"``), trigger "user"."""
-    now = datetime.datetime.now().isoformat()
-    records = [
-        {"metric_name": m.name(), "generated_on": now, "triggered_by": "user",
-         "statistics": dict(m.stats())}
-        for m in _globals.values()
-    ]
-    with open(file_name, "w") as out:
-        if str(getattr(format, "name", format)) == "text":
-            for record in records:
-                out.write(f"Metric name: {record['metric_name']}\n"
-                          f"Generated on: {now}\nTriggered by: user\nStatistics:\n")
-                for key, value in record["statistics"].items():
-                    out.write(f"\t{key}: {value}\n")
-                out.write("\n")
-        else:
-            json.dump(records, out, indent=2, default=str)
+    """Write the global metrics to a new file (``"json"`` or ``"text"``), trigger "user";
+    an existing file is kept and a numbered one written, as by the bridge."""
+    form = str(getattr(format, "value", format))
+    if form not in config.METRICS_FORMATS:
+        raise ValueError(f"metrics_dump: format {format!r} is not one of "
+                         f"{', '.join(config.METRICS_FORMATS)}")
+    writer = _Writer(file_name, form)
+    try:
+        for metric in _globals.values():
+            writer.write(metric, "user")
+    finally:
+        writer.close()

@@ -105,8 +105,16 @@ def acquired_module() -> int:
     if module is None:
         module = _config.acquired_module(os.environ, list(current_config().visible_modules))
         _state["module"] = module
+        from hpu_emulator import metrics
+
+        metrics.dispatcher.publish(metrics.DEVICE_ACQUIRED, {})
     assert isinstance(module, int)
     return module
+
+
+def device_acquired() -> bool:
+    """Whether this process has acquired its module yet."""
+    return "module" in _state
 
 
 def fix_acquisition_if_device_used() -> None:
