@@ -72,6 +72,34 @@ print("TOTAL", dict(gc.stats())["TotalNumber"])
 
 
 @pytest.mark.e2e
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "default-graphs"])
+def test_per_token_inputs_the_user_passes_are_not_padded_away(run, compiled):
+    """``position_ids`` or ``token_type_ids`` hold a value per prompt token: a bucketed call
+    would pad the prompt and not them, so such a call runs at its own length."""
+    script = LLAMA + """
+import copy, json
+with torch.no_grad():  # sharper attention, so that positions decide the tokens
+    for weight in model.parameters():
+        weight.normal_(0, 0.5)
+ref.load_state_dict(model.state_dict())
+cpu = copy.deepcopy(ref).to("cpu")
+if COMPILED:
+    model.compile()
+ids = torch.randint(3, 128, (1, 5))
+positions = torch.tensor([[0, 3, 7, 12, 20]])  # the user's own numbering
+kw = dict(max_new_tokens=6, do_sample=False)
+got = model.generate(ids.to("hpu"), attention_mask=torch.ones_like(ids).to("hpu"),
+                     position_ids=positions.to("hpu"), **kw).cpu()
+want = cpu.generate(ids, attention_mask=torch.ones_like(ids), position_ids=positions, **kw)
+plain = cpu.generate(ids, attention_mask=torch.ones_like(ids), **kw)
+print("RESULT" + json.dumps({"same": torch.equal(got, want),
+                             "matters": not torch.equal(want, plain)}))
+""".replace("COMPILED", str(compiled))
+    out = result_of(run(script, {} if compiled else {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
+    assert out == {"same": True, "matters": True}
+
+
+@pytest.mark.e2e
 def test_pipeline_with_a_compiled_model_is_bucketed(run):
     out = run(LLAMA + """
 from habana_frameworks.torch.hpu.metrics import metric_global
