@@ -135,8 +135,9 @@ def _fits(optimizer: Any) -> str | None:
         # the CPU): the same arithmetic, so the Gaudi kernel takes it over.
         if group.get("maximize") or group.get("differentiable"):
             return None
-        # ``fused=False`` or ``foreach=False`` is the user's choice of torch's own loop
-        if group.get("fused") is False or group.get("foreach") is False:
+        # ``fused=False`` or an explicit ``foreach`` is the user's choice of one of torch's
+        # own steps (no host sets either for the user)
+        if group.get("fused") is False or group.get("foreach") is not None:
             return None
         if kind == "adamw" and (group.get("amsgrad") or group.get("capturable")
                                 or not group.get("decoupled_weight_decay", True)):

@@ -131,6 +131,7 @@ MAKERS = {
     # the user chose torch's own loop: kept
     "adamw_not_fused": lambda p: torch.optim.AdamW(p, lr=0.05, fused=False),
     "sgd_not_foreach": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, foreach=False),
+    "adamw_foreach": lambda p: torch.optim.AdamW(p, lr=0.05, foreach=True),
 }
 out = {}
 for name, make in MAKERS.items():
@@ -151,7 +152,7 @@ def test_fused_optimizers_and_clip_norm_match_torch_and_keep_its_state(run):
         off, on = r["norms"]
         assert all(abs(a - b) <= 1e-5 * max(1.0, b) for a, b in zip(on, off, strict=True))
         assert r["state"][0] == r["state"][1], (name, r["state"])  # torch's state layout
-        if name.endswith(("_not_fused", "_not_foreach")):  # the user's choice of loop
+        if name.endswith(("_not_fused", "_not_foreach", "_foreach")):  # the user's choice
             assert r["launches"][1] == r["launches"][0], (name, r)
         else:
             assert r["launches"][1] < r["launches"][0], (name, r["launches"])
