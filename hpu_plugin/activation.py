@@ -109,16 +109,21 @@ def _activate() -> None:
     from hpu_plugin import emulator
     from hpu_plugin.gaudi import tuning
 
-    try:  # a missing emulator or a bad setting stops here, before anything changes
-        if emulate:
-            emulator.check_settings()
-        # the fast paths' settings are read deep inside train() and generate(): refused here
-        faults = tuning.faults(environ)
-    except emulator.EmulatorError as exc:
-        faults = [exc]
-    if faults:
-        state.update(status="failed", reason="; ".join(str(fault) for fault in faults))
-        log.error("hpu_plugin: %s", state["reason"])
+    def refused(by: str = "") -> bool:
+        """A missing emulator or a bad setting stops activation here, before the work."""
+        try:
+            if emulate:
+                emulator.check_settings()
+            # the fast paths' settings are read deep inside train() and generate()
+            faults = tuning.faults(environ)
+        except emulator.EmulatorError as exc:
+            faults = [exc]
+        if faults:
+            state.update(status="failed", reason=by + "; ".join(str(f) for f in faults))
+            log.error("hpu_plugin: %s", state["reason"])
+        return bool(faults)
+
+    if refused():
         return
 
     from hpu_plugin.registry import get_registry
@@ -128,6 +133,9 @@ def _activate() -> None:
     # (PyTorch does not order entry points); its runtime then read the environment first.
     initialised_first = real and "habana_frameworks.torch" in sys.modules
     late = _export_defaults(registry)
+    if late and refused("a plugin's hpu_prepare_environment set a default that is not "
+                        "usable (set the variable yourself, or turn that plugin off): "):
+        return
     if initialised_first and late:
         log.warning(
             "hpu_plugin: the Gaudi software initialised before hpu_plugin could set %s; the "

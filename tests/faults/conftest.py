@@ -73,7 +73,11 @@ HOOK_FAULTS: dict[str, tuple[str, str, str]] = {
 RANK_FAULTS: dict[str, tuple[str, str, str]] = {
     "facts_object": ("", "hpu_job_facts(environ)", "return {'x': object()}"),
 }
-FAULTS = sorted([*IMPORT_FAULTS, *FATAL_IMPORTS, *HOOK_FAULTS, *RANK_FAULTS])
+#: Defaults a plugin's environment hook sets that the settings refuse: (options, hook, body).
+DEFAULT_FAULTS: dict[str, tuple[str, str, str]] = {
+    "environ_bad_default": ("", _ENVIRON, "environ.setdefault('HPU_PLUGIN_FAST', 'maybe')"),
+}
+FAULTS = sorted([*IMPORT_FAULTS, *FATAL_IMPORTS, *HOOK_FAULTS, *RANK_FAULTS, *DEFAULT_FAULTS])
 FAULT_DIST = "hpu-fault-plugins"
 NAMES_DIST = "hpu-fault-names"
 
@@ -87,7 +91,8 @@ def _module(name: str) -> str:
     body = IMPORT_FAULTS.get(name) or FATAL_IMPORTS.get(name)
     if body:
         return source + "if ACTIVE:\n" + textwrap.indent(body, "    ") + "\n"
-    opts, signature, body = HOOK_FAULTS.get(name) or RANK_FAULTS[name]
+    opts, signature, body = (HOOK_FAULTS.get(name) or RANK_FAULTS.get(name)
+                             or DEFAULT_FAULTS[name])
     return source + (
         f"\n@hookimpl({opts})\ndef {signature}:\n"
         f"    if ACTIVE:\n{textwrap.indent(body, '        ')}\n"

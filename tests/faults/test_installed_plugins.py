@@ -152,6 +152,27 @@ def test_hook_fault_leaves_the_program_running(fault_plugins, case):
         _assert_reported_once(stderr, case)
 
 
+def test_a_plugin_default_the_settings_refuse_turns_the_plugin_off_before_work(
+        fault_plugins):
+    """A default set by a plugin's hpu_prepare_environment is checked as the user's own
+    setting is: refused at activation, not deep inside train() or generate()."""
+    env = environ(HPU_PLUGIN_EMULATE="1", HPU_FAULT_CASE="environ_bad_default")
+    done = run("""
+        import json, os, torch
+        from hpu_plugin import activation
+        print("REPORT " + json.dumps({
+            "status": activation.state["status"], "reason": activation.state["reason"],
+            "exported": [n for n in ("HPU_PLUGIN_FAST", "PT_HPU_LAZY_MODE") if n in os.environ],
+            "hpu": hasattr(torch, "hpu") and torch.hpu.is_available(),
+            "tensor": torch.ones(2).tolist()}))
+    """, env)
+    result = report(done)
+    assert result["status"] == "failed" and result["tensor"] == [1.0, 1.0], result
+    assert "hpu_prepare_environment" in result["reason"], result
+    assert "HPU_PLUGIN_FAST='maybe'" in result["reason"], result
+    assert result["exported"] == [] and result["hpu"] is False, result
+
+
 def test_plugin_importing_torch_inside_import_torch_is_not_cut_off(fault_plugins):
     """A healthy plugin that imports torch at its top loads normally (its import runs on
     torch's own thread, so it never waits on torch's module lock), and healthy plugins
