@@ -98,9 +98,22 @@ def hpu_device_available() -> bool | None:
     """
 
 
-@answers(lambda value, call: None if isinstance(value, DeviceProperties) and all(
-    isinstance(getattr(value, f.name), int if f.type in (int, "int") else str)
-    for f in fields(DeviceProperties)) else _not_allowed("DeviceProperties(str, int, int, str)"))
+def _properties_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    """Hosts place tensors and start processes by these: a wrong one fails far away."""
+    if not isinstance(value, DeviceProperties) or not all(
+            isinstance(getattr(value, f.name), int if f.type in (int, "int") else str)
+            for f in fields(DeviceProperties)):
+        return _not_allowed("DeviceProperties(str, int, int, str)")
+    if value.device_type != "hpu":
+        return f"its device_type is {value.device_type!r}, not 'hpu'"
+    if not 0 <= value.current < value.count:
+        return f"its current device {value.current} is not one of its {value.count} devices"
+    if not value.generation.startswith("GAUDI"):
+        return f"its generation {value.generation!r} is not a Gaudi's (GAUDI, GAUDI2...)"
+    return None
+
+
+@answers(_properties_problem)
 @hookspec(firstresult=True)
 def hpu_device_properties() -> DeviceProperties | None:
     """Describe the device this process uses: type, count, current index, generation.
