@@ -327,8 +327,9 @@ def _prompt_and_mask(model: Any, inputs: Any, kwargs: dict[str, Any]) -> tuple[A
     elif mask.shape != input_ids.shape:
         return "the attention_mask is not shaped like the prompt"
     for name, value in kwargs.items():  # position_ids, token_type_ids...: not padded here
-        if name != "attention_mask" and isinstance(value, torch.Tensor) and value.dim() >= 2 and (
-                input_ids.shape in (value.shape[:2], value.shape[-2:])):
+        per_token = isinstance(value, torch.Tensor) and value.dim() >= 2 and (
+            input_ids.shape in (value.shape[:2], value.shape[-2:]))
+        if per_token and name not in ("input_ids", "attention_mask"):
             return f"you passed {name}= with a value for each token of the prompt"
     return input_ids, mask
 
