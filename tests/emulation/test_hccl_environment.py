@@ -53,9 +53,12 @@ def test_the_import_maps_ranks_as_the_bridge_does(run, env, expected):
     assert {name: seen[name] for name in expected} == expected
 
 
-def test_a_local_rank_beyond_the_visible_modules_is_refused_at_import(run):
-    done = run(SHOW.format(call="returned = None"),
-               {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "3",
-                "HABANA_VISIBLE_MODULES": "0,1"}, check=False)
+@pytest.mark.parametrize(("env", "named"), [
+    ({"LOCAL_RANK": "3", "HABANA_VISIBLE_MODULES": "0,1"}, "HABANA_VISIBLE_MODULES"),
+    ({"LOCAL_RANK": "1000"}, "8 Gaudi modules"),
+])
+def test_a_local_rank_beyond_the_modules_is_refused_at_import(run, env, named):
+    done = run(SHOW.format(call="returned = None"), {"WORLD_SIZE": "2", "RANK": "1", **env},
+               check=False)
     assert done.returncode != 0
-    assert "HABANA_VISIBLE_MODULES" in done.stderr and "LOCAL_RANK=3" in done.stderr
+    assert named in done.stderr and f"LOCAL_RANK={env['LOCAL_RANK']}" in done.stderr

@@ -27,6 +27,8 @@ CASES = {
     "local rank abc": ({"LOCAL_RANK": "abc"}, "LOCAL_RANK='abc'"),
     "local rank arabic digit": ({"LOCAL_RANK": "\u0663"}, "LOCAL_RANK="),
     "world size negative": ({"WORLD_SIZE": "-2"}, "WORLD_SIZE='-2'"),
+    "local rank blank": ({"LOCAL_RANK": ""}, "LOCAL_RANK=''"),
+    "world size spaces": ({"WORLD_SIZE": "  "}, "WORLD_SIZE='  '"),
     "generation unknown": ({"HPU_PLUGIN_EMULATE": "gaudi4"}, "HPU_PLUGIN_EMULATE='gaudi4'"),
     "generation garbage": ({"HPU_PLUGIN_EMULATE": "maybe"}, "HPU_PLUGIN_EMULATE='maybe'"),
     "devices arabic digit": ({"HPU_PLUGIN_EMULATE_DEVICES": "\u0664"},

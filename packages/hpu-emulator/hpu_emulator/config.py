@@ -114,10 +114,11 @@ def parse_memory(value: str) -> int:
 
 
 def check_launcher_variables(environ: Mapping[str, str]) -> None:
-    """Every launcher variable the emulator reads must be a non-negative integer."""
+    """Every launcher variable the emulator reads must be a non-negative integer; a blank
+    one too (the bridge's hccl module reads it with ``int()`` and fails its import)."""
     for name in RANK_VARIABLES:
         raw = environ.get(name)
-        if raw is not None and raw.strip():
+        if raw is not None:
             try:
                 settings.rank(name, raw)
             except settings.SettingError as exc:

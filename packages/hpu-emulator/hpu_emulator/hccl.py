@@ -47,6 +47,12 @@ def initialize_distributed_hpu(world_size: int | None = None, rank: int | None =
                 f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
                 f"but HABANA_VISIBLE_MODULES={env['HABANA_VISIBLE_MODULES']} lists "
                 f"{len(visible)}. Please verify if HABANA_VISIBLE_MODULES is set correctly.")
+        modules = runtime.current_config().visible_modules
+        if not visible and local_rank >= len(modules):
+            raise AssertionError(
+                f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
+                f"but this server has {len(modules)} Gaudi modules; start at most one process "
+                "per module (torchrun --nproc-per-node)")
         # One visible module (Ray, Kubernetes: each worker its own): the device is acquired
         # by type among the visible ones, so the process takes that module whatever its rank.
         env["HLS_MODULE_ID"] = (
