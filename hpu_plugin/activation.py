@@ -26,6 +26,7 @@ def autoload() -> None:
     """The full activation, from ``hpu_plugin.autoload``; idempotent; never raises."""
     if state["status"] != "off":
         return
+    importers = (list(sys.meta_path), list(sys.path_hooks))
     try:
         _activate()
     except KeyboardInterrupt:  # Ctrl-C is the user's; what activation changed goes back
@@ -35,17 +36,20 @@ def autoload() -> None:
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
     finally:
-        _take_back()
+        _take_back(*importers)
 
 
-def _take_back() -> None:
+def _take_back(finders: list[object], path_hooks: list[object]) -> None:
     """A plugin that ends failed leaves the process as it found it: exported defaults would
     reach child processes as the user's, installed adapters would ask a plugin that is off,
-    and stand-ins found without a running emulator would send hosts into their Gaudi
-    branches. (A loaded runtime and a registered ``torch.hpu`` stay: torch cannot take
-    either back.)"""
+    stand-ins found without a running emulator would send hosts into their Gaudi branches,
+    and an import hook a plugin's import added (a broken one may be why activation failed)
+    would take part in every import after ``import torch``. (A loaded runtime and a
+    registered ``torch.hpu`` stay: torch cannot take either back.)"""
     if state["status"] != "failed":
         return
+    sys.meta_path[:] = [finder for finder in sys.meta_path if finder in finders]
+    sys.path_hooks[:] = [hook for hook in sys.path_hooks if hook in path_hooks]
     try:
         from hpu_plugin import importhook
         from hpu_plugin.patching import this_process
@@ -133,8 +137,8 @@ def _activate() -> None:
     # (PyTorch does not order entry points); its runtime then read the environment first.
     initialised_first = real and "habana_frameworks.torch" in sys.modules
     late = _export_defaults(registry)
-    if late and refused("a plugin's hpu_prepare_environment set a default that is not "
-                        "usable (set the variable yourself, or turn that plugin off): "):
+    if refused("a plugin's hpu_prepare_environment set a default that is not usable (set "
+               "the variable yourself, or turn that plugin off): "):
         return
     if initialised_first and late:
         log.warning(

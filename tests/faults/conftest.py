@@ -43,6 +43,13 @@ IMPORT_FAULTS: dict[str, str] = {
 }
 #: Import faults no process can contain (it never returns, or ends the process):
 #: ``hpu-plugin doctor`` names them, importing each plugin in a child of its own.
+#: An import that leaves every later import failing: activation ends failed, and
+#: ``import torch`` must still finish (test_installed_plugins.py).
+BREAKING_IMPORTS: dict[str, str] = {
+    "imp_broken_finder": "import sys\nclass Finder:\n    def find_spec(self, *args):\n"
+                         "        raise RuntimeError('broken finder')\n"
+                         "sys.meta_path.insert(0, Finder())",
+}
 FATAL_IMPORTS: dict[str, str] = {
     "imp_loop": "while True:\n    pass",
     "imp_torch_then_hang": "import torch\nimport time\ntime.sleep(3600)",
@@ -77,7 +84,8 @@ RANK_FAULTS: dict[str, tuple[str, str, str]] = {
 DEFAULT_FAULTS: dict[str, tuple[str, str, str]] = {
     "environ_bad_default": ("", _ENVIRON, "environ.setdefault('HPU_PLUGIN_FAST', 'maybe')"),
 }
-FAULTS = sorted([*IMPORT_FAULTS, *FATAL_IMPORTS, *HOOK_FAULTS, *RANK_FAULTS, *DEFAULT_FAULTS])
+FAULTS = sorted([*IMPORT_FAULTS, *BREAKING_IMPORTS, *FATAL_IMPORTS, *HOOK_FAULTS,
+                 *RANK_FAULTS, *DEFAULT_FAULTS])
 FAULT_DIST = "hpu-fault-plugins"
 NAMES_DIST = "hpu-fault-names"
 
@@ -88,7 +96,7 @@ def _inert(hook: str, opts: str) -> str:
 
 def _module(name: str) -> str:
     source = GATE.format(name=name) + "from hpu_plugin.hookspecs import hookimpl\n\n"
-    body = IMPORT_FAULTS.get(name) or FATAL_IMPORTS.get(name)
+    body = IMPORT_FAULTS.get(name) or FATAL_IMPORTS.get(name) or BREAKING_IMPORTS.get(name)
     if body:
         return source + "if ACTIVE:\n" + textwrap.indent(body, "    ") + "\n"
     opts, signature, body = (HOOK_FAULTS.get(name) or RANK_FAULTS.get(name)
@@ -211,7 +219,7 @@ for case, values in CASES.items():
                      if n in os.environ and n not in values],
         "messages": list(lines), "tensor": torch.ones(2).tolist()}
     activation.state.update(status="failed")  # the next case starts from nothing changed
-    activation._take_back()
+    activation._take_back(list(sys.meta_path), list(sys.path_hooks))
     os.environ.clear()
     os.environ.update(saved)
 print("REPORT " + json.dumps(results))

@@ -173,6 +173,26 @@ def test_a_plugin_default_the_settings_refuse_turns_the_plugin_off_before_work(
     assert result["exported"] == [] and result["hpu"] is False, result
 
 
+def test_a_plugin_import_that_breaks_importing_is_taken_back(fault_plugins):
+    """A plugin whose import adds a finder that raises for every later import ends
+    activation failed; what it added to the import system goes with the plugin, so
+    ``import torch`` and the program's own imports still work."""
+    env = environ(HPU_PLUGIN_EMULATE="1", HPU_FAULT_CASE="imp_broken_finder")
+    done = run("""
+        import json, torch
+        import email.mime.text  # the program's own imports after import torch
+        from hpu_plugin import activation
+        print("REPORT " + json.dumps({"status": activation.state["status"],
+                                      "reason": activation.state["reason"],
+                                      "tensor": torch.ones(2).tolist()}))
+    """, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = report(done)
+    assert result["status"] == "failed" and "broken finder" in result["reason"], result
+    assert result["tensor"] == [1.0, 1.0]
+    assert "could not take back" not in done.stderr, done.stderr[-3000:]
+
+
 def test_plugin_importing_torch_inside_import_torch_is_not_cut_off(fault_plugins):
     """A healthy plugin that imports torch at its top loads normally (its import runs on
     torch's own thread, so it never waits on torch's module lock), and healthy plugins
