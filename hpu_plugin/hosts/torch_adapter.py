@@ -23,10 +23,11 @@ import logging
 import os
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from hpu_plugin.gaudi.software import DEVICE_TYPE, GAUDI_DISTRIBUTION
+from hpu_plugin.hookspecs import GAUDI_COMPILE_BACKEND
 from hpu_plugin.hosts.callers import find_caller
 from hpu_plugin.hosts.replacing import host_version, original_of, replace_everywhere
 from hpu_plugin.hosts.support import BRIDGE_DEVICE_EXIT_FAULT_SINCE, release_key
@@ -65,16 +66,18 @@ def _say_replaced(requested: object, chosen: object, warned: Once) -> None:
     key = requested if isinstance(requested, str) or requested is None else id(requested)
     warned.say(
         key, logging.WARNING,
-        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s. "
-        "Pass backend=%r to silence this warning, or set HPU_PLUGIN_DISABLE=compile to keep "
-        "the backend you named (for code that compiles for the CPU only).",
-        _describe(requested), where, _describe(chosen), chosen,
+        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s "
+        "for graphs on hpu (graphs whose tensors are all elsewhere keep %s). Pass backend=%r "
+        "to silence this warning, or set HPU_PLUGIN_DISABLE=compile to keep the backend you "
+        "named everywhere.",
+        _describe(requested), where, _describe(chosen), _describe(requested), chosen,
     )
 
 
 def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[..., Any]:
     """``torch.compile`` with the backend chosen by ``registry.compile_backend``."""
     warned = Once()  # requested backends warned about by this wrapper
+    backends: dict[tuple[Any, ...], Callable[..., Any]] = {}
 
     @functools.wraps(original)
     def compile(*args: Any, **kwargs: Any) -> Any:
@@ -93,11 +96,46 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
         chosen = registry.compile_backend(requested)
         if chosen is None or chosen is requested or chosen == requested:
             return original(*args, **kwargs)
-        kwargs["backend"] = chosen
         _say_replaced(requested, chosen, warned)
+        if chosen != GAUDI_COMPILE_BACKEND or (
+                kwargs.get("mode") is not None and kwargs.get("options") is not None):
+            kwargs["backend"] = chosen  # a plugin's own choice; or torch refuses both at once
+        else:  # Gaudi's backend where Gaudi cannot run the one asked for
+            # one backend object per choice: Dynamo recompiles code it sees with another
+            mode, options = kwargs.pop("mode", None), kwargs.pop("options", None)
+            key = (requested, mode, repr(options), kwargs.get("dynamic"))
+            backend = backends.get(key) if isinstance(requested, Hashable) else None
+            if backend is None:
+                backend = per_graph(requested, chosen, mode, options, key[-1])
+                if isinstance(requested, Hashable):
+                    backends[key] = backend
+            kwargs["backend"] = backend
         return original(*args, **kwargs)
 
     return ours(compile)
+
+
+def per_graph(requested: Any, chosen: Any, mode: str | None, options: Any,
+              dynamic: bool | None) -> Callable[..., Any]:
+    """A backend that compiles each graph with ``chosen`` where it runs on Gaudi, and with
+    what the caller asked for where all its tensors are elsewhere: a model the user keeps on
+    the CPU (``use_cpu=True``, ``Accelerator(cpu=True)``) is compiled as they chose. Asked
+    once per graph Dynamo captures, never per call."""
+    import torch
+
+    def backend(graph: Any, inputs: list[Any]) -> Any:
+        tensors = [*inputs, *graph.parameters(), *graph.buffers()]
+        devices = {t.device.type for t in tensors if isinstance(t, torch.Tensor)}
+        use = chosen if not devices or DEVICE_TYPE in devices else requested or "inductor"
+        if use == "inductor":
+            compiler: Any = torch._TorchCompileInductorWrapper(mode, options, dynamic)
+        else:
+            compiler = torch._TorchCompileWrapper(use, mode, options, dynamic)
+        return compiler(graph, inputs)
+
+    backend.__name__ = chosen if isinstance(chosen, str) else getattr(
+        chosen, "__name__", "backend")
+    return backend
 
 
 def _called_by_transformers_wrapper(frame: types.FrameType) -> bool:

@@ -154,6 +154,7 @@ def test_torch_compile_with_default_backend_warns_once_and_runs(tmp_path):
     assert len(warnings) == 1, result.stderr
     assert "hpu_backend" in warnings[0]
     assert "HPU_PLUGIN_DISABLE=compile to keep the backend you named" in warnings[0], warnings
+    assert "graphs whose tensors are all elsewhere keep" in warnings[0], warnings
 
 
 def test_user_choices_win(tmp_path):
