@@ -174,11 +174,20 @@ class BucketGroupedSampler:
     nothing reads the whole dataset up front.
     """
 
-    def __init__(self, dataset: Any, batch_size: int, name: str, column: list[int] | None) -> None:
+    def __init__(self, dataset: Any, batch_size: int, name: str, column: list[int] | None,
+                 seed: int | None = None) -> None:
         self.dataset = dataset
         self.batch_size = max(1, batch_size)
         self.name = name
         self.column = column
+        #: The order's seed, epoch added, as Accelerate's seedable sampler has it (the
+        #: ``data_seed`` the user set, else torch's initial seed); ``None``: drawn from torch's
+        #: global generator each epoch, as a plain random sampler does.
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -192,7 +201,10 @@ class BucketGroupedSampler:
     def __iter__(self) -> Any:
         import torch
 
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        if self.seed is None:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        else:
+            seed = self.seed + self.epoch
         generator = torch.Generator().manual_seed(seed)
         order = torch.randperm(len(self.dataset), generator=generator).tolist()
         size = self.batch_size * MEGABATCH
@@ -200,6 +212,8 @@ class BucketGroupedSampler:
             mega = order[start:start + size]
             lengths = {i: self._length(i) for i in mega}
             yield from sorted(mega, key=lengths.__getitem__, reverse=True)
+        if self.seed is not None:
+            self.epoch += 1
 
 
 def _grouping_on() -> bool:
@@ -210,6 +224,18 @@ def _length_column(trainer: Any, dataset: Any) -> list[int] | None:
     name = getattr(trainer.args, "length_column_name", "length")
     names = getattr(dataset, "column_names", None)
     return list(dataset[name]) if names and name in names else None
+
+
+def _seed(trainer: Any) -> int | None:
+    """The seed Accelerate's seedable sampler would order the rows by (the user's
+    ``data_seed``, else torch's initial seed), or ``None`` where it would not be used."""
+    import torch
+
+    config = getattr(getattr(trainer, "accelerator", None), "dataloader_config", None)
+    if not getattr(config, "use_seedable_sampler", False):
+        return None
+    data_seed = getattr(config, "data_seed", None)
+    return int(data_seed) if data_seed is not None else torch.random.initial_seed()
 
 
 def group_rows(patches: Patches, trainer: Any) -> None:
@@ -240,7 +266,7 @@ def group_rows(patches: Patches, trainer: Any) -> None:
         if column is None and not (hasattr(first, "keys") and name in first):
             return sampler
         batch = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
-        return BucketGroupedSampler(dataset, batch, name, column)
+        return BucketGroupedSampler(dataset, batch, name, column, _seed(trainer))
 
     patches.set_on_instance(trainer, "_get_train_sampler", ours(_get_train_sampler))
 

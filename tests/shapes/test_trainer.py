@@ -158,3 +158,33 @@ def test_bucketed_training_batches_rows_of_similar_length(run):
     assert kept["sampler"] == "RandomSampler" and kept["order"] == list(range(16))
     # padding to the longest row of a batch: rows of similar length need much less of it
     assert grouped["padding"] < kept["padding"] / 3, (grouped, kept)
+
+
+SEEDED = LLAMA + """
+import json, random
+from transformers import Trainer, TrainingArguments
+rng = random.Random(0)
+rows = [{"input_ids": list(range(3, 3 + rng.randint(2, 90)))} for _ in range(400)]
+
+def order(data_seed, epochs=1):
+    args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-seeded", report_to=[],
+                             per_device_train_batch_size=2, torch_compile=True, seed=0,
+                             data_seed=data_seed)
+    sampler = Trainer(model=model, args=args, train_dataset=rows)._get_train_sampler()
+    return type(sampler).__name__, [list(sampler) for _ in range(epochs)]
+
+name, (one,) = order(1)
+_, (two,) = order(2)
+_, again = order(1, epochs=2)
+print("RESULT" + json.dumps({"sampler": name, "seeds_differ": one != two,
+                             "same_seed_same_order": again[0] == one,
+                             "next_epoch_differs": again[1] != one}))
+"""
+
+
+@pytest.mark.e2e
+def test_grouped_rows_follow_the_users_data_seed(run):
+    """The grouped order is drawn as Accelerate's seedable sampler draws it: from the
+    user's data_seed, a new order each epoch, the same one for the same seed."""
+    assert result_of(run(SEEDED)) == {"sampler": "BucketGroupedSampler", "seeds_differ": True,
+                                      "same_seed_same_order": True, "next_epoch_differs": True}
