@@ -14,11 +14,13 @@ import builtins
 import contextvars
 import functools
 import logging
+import os
 import types
 from collections.abc import Callable
 from typing import Any
 
-from hpu_plugin import importhook
+from hpu_plugin import importhook, settings
+from hpu_plugin.gaudi import generations
 from hpu_plugin.gaudi.software import DEVICE_TYPE
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.hosts.env_section import gaudi_section
@@ -95,6 +97,33 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
 
     patches.set(cls, "_prepare_backend", ours(_prepare_backend))
     install_device_index(patches, cls, multi_hpu)
+    install_precision_check(registry, patches, getattr(module, "AcceleratorState", None))
+
+
+def install_precision_check(registry: Registry, patches: Patches, cls: Any) -> None:
+    """fp16 on a first-generation Gaudi, which cannot compute in it, is refused as Accelerate
+    sets up (``Accelerator(mixed_precision="fp16")``, the ``Trainer``'s ``fp16=True``,
+    ``accelerate launch --mixed_precision fp16``), naming the setting and bf16 as the fix,
+    rather than failing inside the first forward pass."""
+    original = original_of(cls, "__init__", HOST, "mixed precision check",
+                           "AcceleratorState.__init__", own=True)
+    if original is None:
+        return
+
+    @functools.wraps(original)
+    def __init__(self: Any, mixed_precision: Any = None, cpu: bool = False, *args: Any,
+                 **kwargs: Any) -> None:
+        wanted = os.environ.get("ACCELERATE_MIXED_PRECISION", "no") if (
+            mixed_precision is None) else mixed_precision
+        elsewhere = cpu or settings.is_on(os.environ.get("ACCELERATE_USE_CPU"))
+        if str(getattr(wanted, "value", wanted)).lower() == "fp16" and not elsewhere:
+            properties = registry.device_properties()
+            generation = properties and generations.generation_from_name(properties.generation)
+            if generation:
+                generations.check_dtype(generation, "fp16")
+        original(self, mixed_precision, cpu, *args, **kwargs)
+
+    patches.set(cls, "__init__", ours(__init__))
 
 
 def install_device_index(patches: Patches, cls: Any, multi_hpu: Any) -> None:
