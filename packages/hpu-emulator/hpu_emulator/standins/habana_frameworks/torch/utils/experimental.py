@@ -39,9 +39,11 @@ _scale_hash_id = 0
 
 
 class synDeviceType(enum.IntEnum):
-    synDeviceGaudi = 1
-    synDeviceGaudi2 = 2
-    synDeviceGaudi3 = 3
+    """Synapse's device types, with its values (``synapse_common_types.h``)."""
+
+    synDeviceGaudi = 2
+    synDeviceGaudi2 = 4
+    synDeviceGaudi3 = 5
 
 
 def _get_device_type() -> synDeviceType:
