@@ -26,7 +26,7 @@ def autoload() -> None:
     """The full activation, from ``hpu_plugin.autoload``; idempotent; never raises."""
     if state["status"] != "off":
         return
-    importers = (list(sys.meta_path), list(sys.path_hooks))
+    finders = list(sys.meta_path)
     try:
         _activate()
     except KeyboardInterrupt:  # Ctrl-C is the user's; what activation changed goes back
@@ -36,20 +36,21 @@ def autoload() -> None:
         state.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
         log.error("hpu_plugin: activation failed, the plugin is off: %s", state["reason"])
     finally:
-        _take_back(*importers)
+        _take_back(finders)
 
 
-def _take_back(finders: list[object], path_hooks: list[object]) -> None:
+def _take_back(finders: list[object]) -> None:
     """A plugin that ends failed leaves the process as it found it: exported defaults would
     reach child processes as the user's, installed adapters would ask a plugin that is off,
     stand-ins found without a running emulator would send hosts into their Gaudi branches,
-    and an import hook a plugin's import added (a broken one may be why activation failed)
-    would take part in every import after ``import torch``. (A loaded runtime and a
-    registered ``torch.hpu`` stay: torch cannot take either back.)"""
+    and a broken import finder a plugin's import added (it may be why activation failed)
+    would fail every import after ``import torch``. (A loaded runtime and a registered
+    ``torch.hpu`` stay: torch cannot take either back; nor do finders that work, which
+    modules still loaded may need.)"""
     if state["status"] != "failed":
         return
-    sys.meta_path[:] = [finder for finder in sys.meta_path if finder in finders]
-    sys.path_hooks[:] = [hook for hook in sys.path_hooks if hook in path_hooks]
+    sys.meta_path[:] = [finder for finder in sys.meta_path
+                        if finder in finders or _finds_quietly(finder)]
     try:
         from hpu_plugin import importhook
         from hpu_plugin.patching import this_process
@@ -62,6 +63,15 @@ def _take_back(finders: list[object], path_hooks: list[object]) -> None:
             this_process.search_path.undo()
     except Exception as exc:
         log.error("hpu_plugin: could not take back what activation changed: %r", exc)
+
+
+def _finds_quietly(finder: object) -> bool:
+    """Does ``finder`` answer a look-up of a module nobody has without raising?"""
+    try:
+        finder.find_spec("hpu_plugin_no_such_module", None)  # type: ignore[attr-defined]
+    except Exception:
+        return False
+    return True
 
 
 def _export_defaults(registry: Registry) -> list[str]:

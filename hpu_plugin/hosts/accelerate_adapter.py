@@ -116,7 +116,10 @@ def install_precision_check(registry: Registry, patches: Patches, cls: Any) -> N
         wanted = os.environ.get("ACCELERATE_MIXED_PRECISION", "no") if (
             mixed_precision is None) else mixed_precision
         elsewhere = cpu or settings.is_on(os.environ.get("ACCELERATE_USE_CPU"))
-        if str(getattr(wanted, "value", wanted)).lower() == "fp16" and not elsewhere:
+        # set up already (Accelerate's own AcceleratorState() calls): its precision stands
+        decided = "_mixed_precision" in getattr(cls, "_shared_state", {})
+        if str(getattr(wanted, "value", wanted)).lower() == "fp16" and not (
+                elsewhere or decided):
             properties = registry.device_properties()
             generation = properties and generations.generation_from_name(properties.generation)
             if generation:

@@ -51,7 +51,7 @@ def _describe(backend: object) -> str:
 import_time_decorations: list[str] = []
 
 
-def _say_replaced(requested: object, chosen: object, warned: Once) -> None:
+def _say_replaced(requested: object, chosen: object, warned: Once, per_graph: bool) -> None:
     """Warn once per requested backend, naming the caller's file and line; a library's own
     decoration at import time is logged at debug (the user did not write it)."""
     caller = find_caller(3)
@@ -64,13 +64,14 @@ def _say_replaced(requested: object, chosen: object, warned: Once) -> None:
         )
         return
     key = requested if isinstance(requested, str) or requested is None else id(requested)
+    kept = (f" for graphs on hpu (graphs whose tensors are all elsewhere keep "
+            f"{_describe(requested)})" if per_graph else "")
     warned.say(
         key, logging.WARNING,
-        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s "
-        "for graphs on hpu (graphs whose tensors are all elsewhere keep %s). Pass backend=%r "
-        "to silence this warning, or set HPU_PLUGIN_DISABLE=compile to keep the backend you "
-        "named everywhere.",
-        _describe(requested), where, _describe(chosen), _describe(requested), chosen,
+        "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s%s. "
+        "Pass backend=%r to silence this warning, or set HPU_PLUGIN_DISABLE=compile to keep "
+        "the backend you named everywhere.",
+        _describe(requested), where, _describe(chosen), kept, chosen,
     )
 
 
@@ -96,39 +97,51 @@ def make_compile(registry: Registry, original: Callable[..., Any]) -> Callable[.
         chosen = registry.compile_backend(requested)
         if chosen is None or chosen is requested or chosen == requested:
             return original(*args, **kwargs)
-        _say_replaced(requested, chosen, warned)
-        if chosen != GAUDI_COMPILE_BACKEND or (
-                kwargs.get("mode") is not None and kwargs.get("options") is not None):
-            kwargs["backend"] = chosen  # a plugin's own choice; or torch refuses both at once
-        else:  # Gaudi's backend where Gaudi cannot run the one asked for
-            # one backend object per choice: Dynamo recompiles code it sees with another
-            mode, options = kwargs.pop("mode", None), kwargs.pop("options", None)
-            key = (requested, mode, repr(options), kwargs.get("dynamic"))
-            backend = backends.get(key) if isinstance(requested, Hashable) else None
-            if backend is None:
-                backend = per_graph(requested, chosen, mode, options, key[-1])
-                if isinstance(requested, Hashable):
-                    backends[key] = backend
-            kwargs["backend"] = backend
+        # Gaudi's backend where Gaudi cannot run the one asked for: chosen graph by graph;
+        # a plugin's own choice applies to every graph
+        graph_by_graph = chosen == GAUDI_COMPILE_BACKEND and isinstance(requested, Hashable)
+        _say_replaced(requested, chosen, warned, graph_by_graph)
+        if not graph_by_graph:
+            kwargs["backend"] = chosen
+            return original(*args, **kwargs)
+        # one backend object per choice: Dynamo recompiles code it sees with another
+        key = (requested, kwargs.get("dynamic"), kwargs.get("name"))
+        if key not in backends:
+            backends[key] = per_graph(requested, chosen, *key[1:])
+        kwargs["backend"] = backends[key]
         return original(*args, **kwargs)
 
     return ours(compile)
 
 
-def per_graph(requested: Any, chosen: Any, mode: str | None, options: Any,
-              dynamic: bool | None) -> Callable[..., Any]:
+def _default_backend() -> Any:
+    """What ``torch.compile`` uses for no backend (``torch.compiler.set_default_backend``
+    where torch has it)."""
+    try:
+        from torch._dynamo.backends.registry import get_default_backend
+    except ImportError:
+        return "inductor"
+    return get_default_backend()
+
+
+def per_graph(requested: Any, chosen: Any, dynamic: bool | None,
+              name: str | None) -> Callable[..., Any]:
     """A backend that compiles each graph with ``chosen`` where it runs on Gaudi, and with
     what the caller asked for where all its tensors are elsewhere: a model the user keeps on
-    the CPU (``use_cpu=True``, ``Accelerator(cpu=True)``) is compiled as they chose. Asked
-    once per graph Dynamo captures, never per call."""
+    the CPU (``use_cpu=True``, ``Accelerator(cpu=True)``) is compiled as they chose. torch
+    hands it the call's ``mode`` and ``options`` (after taking out its own), as any backend;
+    asked once per graph Dynamo captures, never per call."""
     import torch
 
-    def backend(graph: Any, inputs: list[Any]) -> Any:
+    def backend(graph: Any, inputs: list[Any], mode: str | None = None,
+                options: dict[str, Any] | None = None) -> Any:
         tensors = [*inputs, *graph.parameters(), *graph.buffers()]
         devices = {t.device.type for t in tensors if isinstance(t, torch.Tensor)}
-        use = chosen if not devices or DEVICE_TYPE in devices else requested or "inductor"
+        use = chosen if not devices or DEVICE_TYPE in devices else (
+            _default_backend() if requested is None else requested)
         if use == "inductor":
-            compiler: Any = torch._TorchCompileInductorWrapper(mode, options, dynamic)
+            named = () if name is None else (name,)  # torch 2.13 names the compiled artefacts
+            compiler: Any = torch._TorchCompileInductorWrapper(mode, options, dynamic, *named)
         else:
             compiler = torch._TorchCompileWrapper(use, mode, options, dynamic)
         return compiler(graph, inputs)

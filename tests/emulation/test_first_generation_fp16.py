@@ -22,12 +22,22 @@ def attempt(make):
 
 model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
                                      num_hidden_layers=1, num_attention_heads=2))
+def bf16_after_fp16_launch():
+    # an fp16 launch configuration, a script that asks for bf16: Accelerate's own later
+    # AcceleratorState() calls (prepare(optimizer)) keep the bf16 it was set up with
+    import os
+    os.environ["ACCELERATE_MIXED_PRECISION"] = "fp16"
+    accelerator = Accelerator(mixed_precision="bf16")
+    accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
+    del os.environ["ACCELERATE_MIXED_PRECISION"]
+
 args = lambda **kw: TrainingArguments(output_dir="/tmp/hpu-plugin-test-fp16", report_to=[], **kw)
 print("RESULT" + json.dumps({
     "trainer_fp16": attempt(lambda: Trainer(model=model, args=args(fp16=True))),
     "accelerator_fp16": attempt(lambda: Accelerator(mixed_precision="fp16")),
     "trainer_bf16": attempt(lambda: Trainer(model=model, args=args(bf16=True))),
     "cpu_fp16": attempt(lambda: Accelerator(mixed_precision="fp16", cpu=True)),
+    "launcher_fp16_script_bf16": attempt(bf16_after_fp16_launch),
 }))
 """
 
@@ -39,3 +49,4 @@ def test_fp16_is_refused_on_the_first_generation_before_work(run):
         assert "mixed_precision='fp16'" in result[case], result
         assert "first-generation Gaudi" in result[case] and "bf16=True" in result[case], result
     assert result["trainer_bf16"] == "ok" and result["cpu_fp16"] == "ok", result
+    assert result["launcher_fp16_script_bf16"] == "ok", result

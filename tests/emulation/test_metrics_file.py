@@ -53,3 +53,15 @@ def test_an_unknown_format_or_trigger_is_refused_with_the_fix(run, tmp_path: Pat
                {"PT_HPU_METRICS_FILE": str(tmp_path / "m.json"), name: value})
     assert f"{name}={value!r}" in done.stderr and "fix:" in done.stderr, done.stderr
     assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("m.json", "m-rank3.json"), ("/a/b.c/m.txt", "/a/b.c/m-rank3.txt"),
+    ("/home/u/my.project/metrics", "/home/u/my.project/metrics-rank3"),
+    ("./metrics", "./metrics-rank3"),
+])
+def test_the_rank_goes_into_the_file_name_not_the_directory(monkeypatch, name, expected):
+    from hpu_emulator import metrics
+
+    monkeypatch.setenv("RANK", "3")
+    assert metrics._rank_name(name) == expected

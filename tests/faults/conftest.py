@@ -219,7 +219,7 @@ for case, values in CASES.items():
                      if n in os.environ and n not in values],
         "messages": list(lines), "tensor": torch.ones(2).tolist()}
     activation.state.update(status="failed")  # the next case starts from nothing changed
-    activation._take_back(list(sys.meta_path), list(sys.path_hooks))
+    activation._take_back(list(sys.meta_path))
     os.environ.clear()
     os.environ.update(saved)
 print("REPORT " + json.dumps(results))

@@ -311,8 +311,10 @@ def _rank_name(name: str) -> str:
     rank = os.environ.get("RANK", os.environ.get("OMPI_COMM_WORLD_RANK"))
     if rank is None:
         return name
-    base, dot, ext = name.rpartition(".")
-    return f"{base}-rank{rank}.{ext}" if dot else f"{name}-rank{rank}"
+    directory, file = os.path.split(name)
+    stem, dot, ext = file.rpartition(".")
+    return os.path.join(directory, f"{stem}-rank{rank}.{ext}" if dot and stem
+                        else f"{file}-rank{rank}")
 
 
 class _Saver:

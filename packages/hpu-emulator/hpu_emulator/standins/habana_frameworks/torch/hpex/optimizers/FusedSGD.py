@@ -58,7 +58,8 @@ class FusedSGD(Optimizer):
         for p in params:
             state = self.state[p]
             if "momentum_buffer" not in state:  # float32 whatever the weights', as the bridge
-                state["momentum_buffer"] = torch.zeros(p.grad.shape, device="hpu")
+                state["momentum_buffer"] = torch.zeros(p.grad.shape, dtype=torch.float32,
+                                                       device="hpu")
             buffers.append(state["momentum_buffer"])
         momentum = torch.tensor(float(group["momentum"]), device="hpu")
         op = (_hpex_C.optimizer_sgd_momentum if self.is_lazy
