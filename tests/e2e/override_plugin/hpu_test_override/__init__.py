@@ -30,8 +30,9 @@ def hpu_device_properties() -> DeviceProperties | None:
     import torch
 
     # the last visible device, so that a host using 0 or the real current one shows
-    last = torch.hpu.device_count() - 1
-    return DeviceProperties("hpu", count=1, current=last, generation=torch.hpu.get_device_name())
+    count = torch.hpu.device_count()
+    return DeviceProperties("hpu", count=count, current=count - 1,
+                            generation=torch.hpu.get_device_name())
 
 
 @hookimpl(tryfirst=True)
