@@ -209,7 +209,6 @@ def test_every_deciding_spec_declares_a_checked_type():
     ("hpu_device_properties", DeviceProperties("hpu", 2, 2, "GAUDI2"), False),
     ("hpu_device_properties", DeviceProperties("hpu", 0, 0, "GAUDI2"), False),
     ("hpu_device_properties", DeviceProperties("hpu", 2, -1, "GAUDI2"), False),
-    ("hpu_device_properties", DeviceProperties("hpu", 8, 7, "A100"), False),
     ("hpu_job_facts", {"PT_HPU_LAZY_MODE": "0"}, True),
     ("hpu_job_facts", [("PT_HPU_LAZY_MODE", "0")], False),
 ])
