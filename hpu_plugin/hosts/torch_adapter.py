@@ -51,7 +51,8 @@ def _describe(backend: object) -> str:
 import_time_decorations: list[str] = []
 
 
-def _say_replaced(requested: object, chosen: object, warned: Once, per_graph: bool) -> None:
+def _say_replaced(requested: object, chosen: object, warned: Once,
+                  graph_by_graph: bool) -> None:
     """Warn once per requested backend, naming the caller's file and line; a library's own
     decoration at import time is logged at debug (the user did not write it)."""
     caller = find_caller(3)
@@ -65,7 +66,7 @@ def _say_replaced(requested: object, chosen: object, warned: Once, per_graph: bo
         return
     key = requested if isinstance(requested, str) or requested is None else id(requested)
     kept = (f" for graphs on hpu (graphs whose tensors are all elsewhere keep "
-            f"{_describe(requested)})" if per_graph else "")
+            f"{_describe(requested)})" if graph_by_graph else "")
     warned.say(
         key, logging.WARNING,
         "hpu_plugin: torch.compile backend %s at %s does not run on Gaudi (hpu); using %s%s. "

@@ -42,17 +42,14 @@ def initialize_distributed_hpu(world_size: int | None = None, rank: int | None =
 
         runtime.fix_acquisition_if_device_used()
         visible = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
-        if len(visible) > 1 and local_rank >= len(visible):
+        count = len(visible) or len(runtime.current_config().visible_modules)
+        if len(visible) != 1 and local_rank >= count:
+            where = (f"HABANA_VISIBLE_MODULES={env['HABANA_VISIBLE_MODULES']} lists" if visible
+                     else "this server has")
             raise AssertionError(
                 f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
-                f"but HABANA_VISIBLE_MODULES={env['HABANA_VISIBLE_MODULES']} lists "
-                f"{len(visible)}. Please verify if HABANA_VISIBLE_MODULES is set correctly.")
-        modules = runtime.current_config().visible_modules
-        if not visible and local_rank >= len(modules):
-            raise AssertionError(
-                f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
-                f"but this server has {len(modules)} Gaudi modules; start at most one process "
-                "per module (torchrun --nproc-per-node)")
+                f"but {where} {count} Gaudi modules; start at most one process per module "
+                "(torchrun --nproc-per-node), or set HABANA_VISIBLE_MODULES correctly")
         # One visible module (Ray, Kubernetes: each worker its own): the device is acquired
         # by type among the visible ones, so the process takes that module whatever its rank.
         env["HLS_MODULE_ID"] = (

@@ -351,11 +351,9 @@ class _Saver:
 
 
 def _changed(metric: Metric) -> None:
-    if _saver is not None:
-        _saver.dump("metric_change", [metric])
+    _saver.dump("metric_change", [metric])
 
 
-_saver: _Saver | None = None
 _saver = _Saver()
 
 
