@@ -1,10 +1,13 @@
-"""Accelerate: availability, distributed backend, ``accelerate launch`` and ``accelerate env``.
+"""Accelerate: availability, distributed backend, precision and ``accelerate env``.
 
 Accelerate >= 1.5.0 has HPU branches behind ``is_hpu_available``; answering it from the
 registry routes the default device, MULTI_HPU, seeding, RNG checkpoints, memory and
 ``accelerate config``. What the hooks own beyond availability is wrapped where Accelerate
-decides it: the collective backend (``PartialState._prepare_backend``), the process count
-of ``accelerate launch`` and the device lines of ``accelerate env`` (no release lists HPU).
+decides it: the collective backend (``PartialState._prepare_backend``) and the device lines
+of ``accelerate env`` (no release lists HPU). ``accelerate launch`` without
+``--num_processes`` already starts ``torch.hpu.device_count()`` processes, a count that
+takes no device; asking for more (the device's name, the current index) would take a Gaudi
+in the launcher process, which then holds the module its rank 0 needs.
 Older releases have no MULTI_HPU at all, so every adapter stays out of them.
 """
 
@@ -164,39 +167,6 @@ def install_device_index(patches: Patches, cls: Any, multi_hpu: Any) -> None:
     patches.set(cls, "set_device", ours(set_device))
 
 
-def install_launch(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """Without ``--num_processes`` (nor a config file), one process per Gaudi device."""
-    original = original_of(
-        module, "_validate_launch_command", HOST, "launch",
-        "commands.launch._validate_launch_command", found=hasattr(module, "is_hpu_available"),
-    )
-    if original is None:
-        return
-    config_file = getattr(module, "default_config_file", None)
-
-    @functools.wraps(original)
-    def _validate_launch_command(args: Any) -> Any:
-        import os
-
-        uses_config = args.config_file is not None or (
-            config_file is not None and os.path.isfile(config_file) and not args.cpu
-        )
-        if getattr(args, "num_processes", 0) is None and not uses_config and not args.cpu:
-            properties = registry.device_properties()
-            if properties is not None:
-                args.num_processes = properties.count
-                exclusive = ("multi_gpu", "tpu", "use_deepspeed", "use_fsdp", "use_megatron_lm")
-                if properties.count > 1 and not any(getattr(args, n, False) for n in exclusive):
-                    args.multi_gpu = True
-                log.info(
-                    "hpu_plugin: accelerate launch: --num_processes not given; starting %d "
-                    "(one per Gaudi device).", properties.count,
-                )
-        return original(args)
-
-    replace_everywhere(patches, original, ours(_validate_launch_command))
-
-
 #: The Gaudi lines of the ``accelerate env`` call running in this context, if any.
 _env_extra: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
     "hpu_plugin_accelerate_env_extra", default=None
@@ -260,7 +230,6 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
             return
         for name, adapter in (
             ("accelerate.state", install_state),
-            ("accelerate.commands.launch", install_launch),
             ("accelerate.commands.env", install_env),
         ):
             importhook.when_imported(

@@ -54,12 +54,31 @@ def _with_scripts_on_path(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+#: Started in every process of the job: the launcher (no LOCAL_RANK) says at exit whether it
+#: took a Gaudi module, which on Gaudi would then be held from the rank that needs it.
+LAUNCHER_PROBE = """
+import atexit, os, sys
+
+def _said():
+    runtime = sys.modules.get("hpu_emulator.runtime")
+    if "LOCAL_RANK" not in os.environ and runtime is not None:
+        print(f"launcher acquired={runtime.device_acquired()}", flush=True)
+
+atexit.register(_said)
+"""
+
+
 def test_accelerate_launch_starts_one_process_per_device(tmp_path):
+    """Without ``--num_processes``: one process per device, counted without taking one."""
     script = tmp_path / "train.py"
     script.write_text(ACCELERATE_TRAIN)
-    env = _with_scripts_on_path(emulated_env(tmp_path, devices=2))
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    (probe / "sitecustomize.py").write_text(LAUNCHER_PROBE)
+    env = _with_scripts_on_path(emulated_env(tmp_path, devices=2, PYTHONPATH=str(probe)))
     accelerate = os.path.join(os.path.dirname(sys.executable), "accelerate")
     result = run("", env, argv=[accelerate, "launch", str(script)], cwd=tmp_path)
+    assert "launcher acquired=False" in result.stdout, result.stdout + result.stderr
     ranks = _ranks(result.stdout)
     assert sorted(r["rank"] for r in ranks) == ["0", "1"], result.stdout + result.stderr
     for rank in ranks:
