@@ -230,6 +230,19 @@ DEFAULT_EXPERTS = "grouped_mm"
 GAUDI_EXPERTS = "batched_mm"
 
 
+def fp8_experts(config: Any) -> bool:
+    """Does Transformers' fine-grained fp8 quantizer replace this model's experts with its
+    ``FP8Experts``? Those look their implementation up in an interface of their own, whose
+    ``batched_mm`` and ``grouped_mm`` are CUDA (Triton) kernels; only ``eager`` runs them
+    elsewhere, through ``fp8_linear``. ``dequantize=True`` keeps the model's own experts."""
+    quantization = getattr(config, "quantization_config", None)
+    if quantization is None:
+        return False
+    read = quantization.get if isinstance(quantization, dict) else functools.partial(
+        getattr, quantization)
+    return read("quant_method", None) == "fp8" and not read("dequantize", False)
+
+
 def install_experts(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
     """A mixture-of-experts model that names no ``experts_implementation`` gets
     ``batched_mm`` on Gaudi instead of Transformers' default ``grouped_mm``.
@@ -259,6 +272,15 @@ def install_experts(registry: Registry, patches: Patches, module: types.ModuleTy
     @functools.wraps(original)
     def get_correct_experts_implementation(self: Any, requested_experts: str | None) -> str:
         chosen = original(self, requested_experts)
+        if requested_experts is None and fp8_experts(self.config) and registry.device_available():
+            say_once(
+                "experts-fp8", logging.INFO,
+                "hpu_plugin: %s is fp8-quantized and names no experts_implementation; using "
+                "'eager' on Gaudi: each expert's layers run the fp8 linear on the HPU, while "
+                "Transformers' fp8 batched and grouped experts need its CUDA kernels.",
+                type(self).__name__,
+            )
+            return "eager"
         if requested_experts is None and chosen == DEFAULT_EXPERTS and registry.device_available():
             say_once(
                 "experts-batched-mm", logging.INFO,

@@ -182,3 +182,51 @@ def test_first_generation_gaudi_is_refused_before_loading(tmp_path):
     assert "first-generation Gaudi" in done.stderr
     assert "FineGrainedFP8Config(dequantize=True)" in done.stderr
     assert "Loading weights" not in done.stderr
+
+
+#: A tiny Qwen3-MoE quantized on the fly to block fp8, saved, and loaded back: both with the
+#: model's defaults (no ``experts_implementation``), against the bf16 model on the CPU.
+MOE = r"""
+import json, sys, torch
+from transformers import (AutoModelForCausalLM, FineGrainedFP8Config, Qwen3MoeConfig,
+                          Qwen3MoeForCausalLM)
+
+root = sys.argv[1]
+torch.manual_seed(0)
+config = Qwen3MoeConfig(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        head_dim=16, vocab_size=128, num_experts=4, num_experts_per_tok=2)
+Qwen3MoeForCausalLM(config).to(torch.bfloat16).save_pretrained(f"{root}/bf16")
+ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(1))
+reference = AutoModelForCausalLM.from_pretrained(f"{root}/bf16", dtype=torch.bfloat16)
+with torch.no_grad():
+    expected = reference(ids).logits.float()
+result = {"peak": expected.abs().max().item()}
+quantized = AutoModelForCausalLM.from_pretrained(
+    f"{root}/bf16", dtype=torch.bfloat16, device_map="hpu",
+    quantization_config=FineGrainedFP8Config(weight_block_size=(16, 16)))
+quantized.save_pretrained(f"{root}/fp8")
+for name, model in (("on the fly", quantized),
+                    ("checkpoint", AutoModelForCausalLM.from_pretrained(f"{root}/fp8",
+                                                                       device_map="hpu"))):
+    experts = model.model.layers[0].mlp.experts
+    with torch.no_grad():
+        got = model(ids.to("hpu")).logits.float().cpu()
+    result[name] = {"experts": [type(experts).__name__, str(experts.gate_up_proj.dtype),
+                                str(experts.gate_up_proj.device)],
+                    "error": (got - expected).abs().max().item()}
+print("RESULT" + json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("generation", ["gaudi2", "gaudi3"])
+def test_an_fp8_mixture_of_experts_runs_on_hpu(tmp_path, generation):
+    """Transformers' ``FP8Experts`` look their implementation up in an interface of their own
+    whose batched and grouped forms are CUDA kernels: with no ``experts_implementation`` the
+    model must run its experts' fp8 layers on the HPU, quantized on the fly or loaded."""
+    got = _run(MOE, emulated(HPU_PLUGIN_EMULATE=generation), str(tmp_path))
+    for name in ("on the fly", "checkpoint"):
+        print(f"{generation} {name}: logits error {got[name]['error']:.4f} of "
+              f"{got['peak']:.3f}")
+        assert got[name]["experts"] == ["FP8Experts", "torch.float8_e4m3fn", "hpu:0"]
+        assert got[name]["error"] / got["peak"] < 0.08
