@@ -27,8 +27,8 @@ Two patches, each recorded in the :class:`Patches` and undone with the adapter:
 
 Gaudi 2's E4M3 ends at 240, not 448: a checkpoint's weights above 240 are not representable
 there. Before its first fp8 GEMM on Gaudi 2 each weight is requantized once into Gaudi 2's
-range through the CPU (its scale multiplied by 448/240), as vllm-hpu-extension converts on
-the CPU on Gaudi 2.
+range through the CPU, halved with its scale doubled (a power of two changes no value), and
+static activation scales are doubled alike, as vllm-gaudi loads checkpoints on Gaudi 2.
 
 Transformers 5 and later (``quantizer_finegrained_fp8`` with ``FineGrainedFP8HfQuantizer``
 and ``integrations.finegrained_fp8.fp8_linear``); on 4.x it has nothing to do, and where a
@@ -132,17 +132,28 @@ def install_validate(registry: Registry, patches: Patches, module: types.ModuleT
     patches.set(owner, "validate_environment", ours(validate_environment))
 
 
+def range_factor() -> float:
+    """The power of two that brings the checkpoints' E4M3 range (448) into this Gaudi's: 2 on
+    Gaudi 2 (448 / 2 = 224 <= 240), 1 on Gaudi 3. A power of two moves only the exponent, so
+    requantized weights keep their values (vllm-gaudi's Gaudi 2 loading does the same)."""
+    limit = _generation().e4m3_max
+    factor = 1.0
+    while OCP_E4M3_MAX / factor > limit:
+        factor *= 2.0
+    return factor
+
+
 def _gaudi2_range(weight: Any, scale: Any) -> None:
-    """Requantize ``weight`` into Gaudi 2's E4M3 range (240) once, through the CPU."""
+    """Requantize ``weight`` into this Gaudi's E4M3 range once, through the CPU: the weight
+    divided and its scale multiplied by :func:`range_factor`."""
     if getattr(weight, "_hpu_plugin_e4m3_max", None) is not None:
         return
-    limit = _generation().e4m3_max
-    if limit < OCP_E4M3_MAX:
-        factor = OCP_E4M3_MAX / limit
+    factor = range_factor()
+    if factor != 1.0:
         cpu = weight.detach().cpu().float() / factor
         weight.data.copy_(cpu.to(weight.dtype).to(weight.device))
         scale.data.mul_(factor)
-    weight._hpu_plugin_e4m3_max = limit
+    weight._hpu_plugin_e4m3_max = _generation().e4m3_max
 
 
 def dequantize_blocks(weight: Any, scale: Any, block_size: Any, dtype: Any) -> Any:
@@ -176,16 +187,18 @@ def hpu_fp8_linear(input: Any, weight: Any, weight_scale_inv: Any,
         w_scale = weight_scale_inv.reshape(())
     else:
         w_scale = weight_scale_inv[:, 0].repeat_interleave(block_size[0])[:rows]
-    flat = input.reshape(-1, cols)
-    limit = _generation().e4m3_max
-    if activation_scale is not None:
-        x_scale = activation_scale.float().reshape(())
+    # Gaudi's fp8 casts take float32 and bf16 (the bridge's fp8_ops refuse fp16): an fp16
+    # model's activations are cast through bf16, and its output returned in fp16
+    work = torch.bfloat16 if input.dtype == torch.float16 else input.dtype
+    flat = input.reshape(-1, cols).to(work)
+    if activation_scale is not None:  # a static scale, made for 448: widened as the weights
+        x_scale = activation_scale.float().reshape(()) * range_factor()
     else:
-        x_scale = (flat.abs().amax().float() / limit).clamp(min=1e-12)
+        x_scale = (flat.abs().amax().float() / _generation().e4m3_max).clamp(min=1e-12)
     x_fp8, _ = torch.ops.hpu.cast_to_fp8_v2(flat, 1.0 / x_scale, False, False,
                                             torch.float8_e4m3fn)
-    out = torch.ops.hpu.fp8_gemm_v2(x_fp8, False, weight, True, None, input.dtype, x_scale,
-                                    w_scale, None, False)
+    out = torch.ops.hpu.fp8_gemm_v2(x_fp8, False, weight, True, None, work, x_scale,
+                                    w_scale, None, False).to(input.dtype)
     if bias is not None:
         out = out + bias
     return out.reshape(*input.shape[:-1], rows)
