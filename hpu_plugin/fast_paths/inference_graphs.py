@@ -247,7 +247,11 @@ def wanted(registry: Registry, model: Any, kwargs: dict[str, Any]) -> str | None
     mode = "lazy" if _lazy() else "eager"
     if mode == "eager" and not (hasattr(model, "get_compiled_call") and compilable(model)):
         return None
-    if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None):
+    if mode == "lazy" and (vars(model).get("forward") is not None or _hpu_graph_func() is None
+                           or (getattr(model, "tp_size", None) or 1) > 1):
+        # a tensor-parallel model's forward runs collectives, which the bridge refuses
+        # inside an HPU graph capture ("collective nonSFG is not supported during hpu
+        # graph capturing")
         return None
     model_type = getattr(getattr(model, "config", None), "model_type", "")
     if not take(registry, NAME, {"model": model_type, "mode": mode}):
