@@ -19,17 +19,18 @@ from collections.abc import Mapping, Sequence
 from hpu_plugin import settings
 from hpu_plugin.gaudi import selection
 from hpu_plugin.gaudi.config_error import GaudiConfigError
-from hpu_plugin.gaudi.visibility import MODULES
+from hpu_plugin.gaudi.visibility import MODULE_ID, MODULES
 
 TIMEOUT_VARIABLE = "HPU_PLUGIN_PREFLIGHT_TIMEOUT"
 #: Seconds a rank waits for the others' facts. torchrun and Ray start every rank together,
 #: so a rank missing after a minute is dead or stuck.
 DEFAULT_TIMEOUT = 60.0
 
-RANK, NODE, NODE_RANK, LOCAL_RANK, MODULE, PER_PROCESS = (
-    "rank", "node", "node rank", "local rank", "module", "one module per process"
+RANK, NODE, NODE_RANK, LOCAL_RANK, MODULE, PER_PROCESS, MODULE_SET = (
+    "rank", "node", "node rank", "local rank", "module", "one module per process",
+    f"module set by {MODULE_ID}"
 )
-IDENTITY = frozenset({RANK, NODE, NODE_RANK, LOCAL_RANK, MODULE, PER_PROCESS})
+IDENTITY = frozenset({RANK, NODE, NODE_RANK, LOCAL_RANK, MODULE, PER_PROCESS, MODULE_SET})
 
 #: What a differing fact means, and how to make the ranks agree.
 FIXES: Mapping[str, str] = {
@@ -105,6 +106,17 @@ def check_nodes(ranks: Sequence[Mapping[str, str]]) -> list[str]:
         taken: dict[str, Mapping[str, str]] = {}
         for facts in members:
             module = facts.get(MODULE, "")
+            if module and module in taken and facts.get(MODULE_SET) == "yes":
+                raise PreflightError(
+                    MODULE_ID,
+                    module,
+                    "a different module for every process of a node",
+                    f"unset {MODULE_ID}: hccl keeps a module id that is set, and every process "
+                    f"the launcher starts inherits it; without it local rank i takes the i-th "
+                    f"module of {MODULES} (or module i)",
+                    problem=f"{who(facts)} and rank {taken[module].get(RANK)} would both take "
+                    f"module {module}",
+                )
             if module and module in taken:
                 raise PreflightError(
                     MODULES,

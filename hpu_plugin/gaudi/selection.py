@@ -151,7 +151,7 @@ def check_distributed_job(
     # HABANA_VISIBLE_DEVICES is not read here: it acts at `docker run`, not in the process,
     # so a value the runtime accepted cannot make the job fail (``hpu-plugin doctor`` shows it).
     warnings: list[str] = []
-    own = _own_module(environ, world_size, warnings)
+    own = visibility.parse_module_id(environ.get(MODULE_ID))
     node = _Node(host_layout(host_modules), *_host_maps(host_modules))
     if world_size == 1:
         return _single_process(environ, own, visible, node)
@@ -168,15 +168,16 @@ def check_distributed_job(
     _check_group(environ, modules, visible, world_size, node, warnings)
     if own is not None and own != modules[local_rank]:
         warnings.append(
-            f"{MODULE_ID}={own} is replaced by {modules[local_rank]} ({MODULES} entry for local "
-            f"rank {local_rank}) when hccl initialises"
+            f"{MODULE_ID}={own} is set, and hccl keeps a module id that is set: this process "
+            f"takes module {own}, not {modules[local_rank]} (the {MODULES} entry for local "
+            f"rank {local_rank}); unset {MODULE_ID} to let the local rank choose"
         )
     return JobPlacement(
         world_size,
         local_world_size,
         local_rank,
         tuple(modules),
-        modules[local_rank],
+        modules[local_rank] if own is None else own,
         group_name(modules) if len(modules) > 1 else "single device per node",
         node.layout,
         node.layout in ("server", "group"),
@@ -208,17 +209,6 @@ def _check_launch(world_size: int, local_world_size: int, local_rank: int) -> No
             f"0 to LOCAL_WORLD_SIZE-1 ({local_world_size - 1})",
             LAUNCH_FIX,
         )
-
-
-def _own_module(environ: Mapping[str, str], world_size: int, warnings: list[str]) -> int | None:
-    """``HLS_MODULE_ID``: an error alone, a warning in a job (hccl replaces it per rank)."""
-    try:
-        return visibility.parse_module_id(environ.get(MODULE_ID))
-    except visibility.VisibilityError as exc:
-        if world_size == 1:
-            raise
-        warnings.append(f"{exc.problem} ({MODULE_ID}={exc.value!r}); hccl replaces it per rank")
-        return None
 
 
 def _host_maps(

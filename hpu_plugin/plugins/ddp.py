@@ -55,6 +55,7 @@ def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
         preflight.NODE_RANK: environ.get("GROUP_RANK") or environ.get("NODE_RANK") or "0",
         preflight.LOCAL_RANK: environ.get("LOCAL_RANK", "0"),
         preflight.MODULE: module,
+        preflight.MODULE_SET: "yes" if environ.get("HLS_MODULE_ID") else "no",
         preflight.PER_PROCESS: "yes" if placement is not None and placement.per_process else "no",
         "device selection": preflight.selection_pattern(environ, placement),
         INT64: environ.get(INT64, "(unset)"),

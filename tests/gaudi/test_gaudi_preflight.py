@@ -57,6 +57,16 @@ def test_two_ranks_of_one_node_on_the_same_module_are_refused():
         compare(ranks)
 
 
+def test_an_exported_hls_module_id_taken_by_two_ranks_is_named_with_its_fix():
+    """hccl keeps a set HLS_MODULE_ID: exported to a launcher, every rank inherits it."""
+    ranks = [rank(r, 0, 5, **{"module set by HLS_MODULE_ID": "yes"}) for r in range(2)]
+    with pytest.raises(PreflightError, match="rank 1 and rank 0 would both take module 5"
+                       ) as caught:
+        compare(ranks)
+    assert caught.value.variable == "HLS_MODULE_ID"
+    assert "Fix: unset HLS_MODULE_ID" in str(caught.value)
+
+
 def test_the_same_module_on_two_nodes_is_fine():
     assert compare([rank(0, 0, 0), rank(1, 1, 0)]) == []
 

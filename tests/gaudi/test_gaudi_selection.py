@@ -160,10 +160,14 @@ def test_not_distributed_takes_first_visible_module_or_hls_module_id():
         check_distributed_job({"HLS_MODULE_ID": "5"}, 1, 1, 0, CONTAINER_4567.keys())
 
 
-def test_hls_module_id_in_a_distributed_job_is_reported_as_replaced():
+def test_hls_module_id_in_a_distributed_job_is_kept_and_reported():
+    """hccl sets HLS_MODULE_ID from the local rank only when it is not set already."""
     placement = check_distributed_job(env("2,3", HLS_MODULE_ID="0"), 2, 2, 1, SERVER)
-    assert placement.module_id == 3
-    assert any("HLS_MODULE_ID=0 is replaced by 3" in w for w in placement.warnings)
+    assert placement.module_id == 0
+    assert any("HLS_MODULE_ID=0 is set, and hccl keeps" in w and "not 3" in w
+               and "unset HLS_MODULE_ID" in w for w in placement.warnings)
+    same = check_distributed_job(env("2,3", HLS_MODULE_ID="3"), 2, 2, 1, SERVER)
+    assert same.module_id == 3 and not same.warnings
 
 
 def test_one_device_per_node_in_a_multi_node_job_warns():
@@ -230,10 +234,14 @@ def test_host_layout(host, layout):
 
 
 def test_values_the_process_does_not_read_do_not_fail_a_distributed_job():
-    # HABANA_VISIBLE_DEVICES acts at `docker run`; hccl sets HLS_MODULE_ID per rank.
-    environ = env("0,1", HABANA_VISIBLE_DEVICES="garbage", HLS_MODULE_ID="x")
-    placement = check_distributed_job(environ, 2, 2, 1, SERVER)
-    assert placement.module_id == 1
-    assert any("HLS_MODULE_ID='x'" in w for w in placement.warnings)
-    with pytest.raises(GaudiConfigError, match="HLS_MODULE_ID='x'"):
-        check_distributed_job(environ, 1, 1, 0, SERVER)  # one process: it is read
+    # HABANA_VISIBLE_DEVICES acts at `docker run`, not in the process
+    environ = env("0,1", HABANA_VISIBLE_DEVICES="garbage")
+    assert check_distributed_job(environ, 2, 2, 1, SERVER).module_id == 1
+
+
+def test_an_unreadable_hls_module_id_is_refused_in_a_job_too():
+    # hccl keeps a set HLS_MODULE_ID, and the Gaudi software acquires the module by it
+    environ = env("0,1", HLS_MODULE_ID="x")
+    for job in ((2, 2, 1), (1, 1, 0)):
+        with pytest.raises(GaudiConfigError, match="HLS_MODULE_ID='x'"):
+            check_distributed_job(environ, *job, SERVER)
