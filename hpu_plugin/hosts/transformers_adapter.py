@@ -147,7 +147,8 @@ def install_training_args(registry: Registry, patches: Patches, module: types.Mo
 
 
 def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
-    """With no ``device``, a pipeline runs on the device this process uses."""
+    """With no ``device``, a pipeline runs on the device this process uses; a device the
+    Gaudi software would refuse is refused before the model is moved."""
     cls = getattr(module, "Pipeline", None)
     original = original_of(
         cls, "__init__", HOST, "pipeline", "pipelines.base.Pipeline.__init__", own=True
@@ -163,6 +164,10 @@ def install_pipeline(registry: Registry, patches: Patches, module: types.ModuleT
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        device = kwargs.get("device", args[device_position] if len(args) > device_position
+                            else None)
+        if device is not None and registry.device_available():
+            refuse_other_device("device", device)
         if kwargs.get("device") is None and len(args) <= device_position:
             model = kwargs.get("model", args[0] if args else None)
             if getattr(model, "hf_device_map", None) is None:
@@ -360,6 +365,55 @@ def install_device_binding(registry: Registry, patches: Patches,
     patches.set(module, "_bind_local_device", ours(_bind_local_device))
 
 
+def other_device(value: Any) -> str | None:
+    """The first device in a ``device`` or ``device_map`` value that names an ``hpu`` index
+    other than 0 (``"hpu:1"``, ``torch.device("hpu", 1)``, or an int, an accelerator index),
+    as text; None where there is none."""
+    for item in value.values() if isinstance(value, dict) else (value,):
+        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
+            return repr(item)
+        text = str(item) if type(item).__name__ == "device" else item
+        if isinstance(text, str) and text.startswith("hpu:") and text[4:].isdigit() and int(
+                text[4:]) > 0:
+            return repr(text)
+    return None
+
+
+def refuse_other_device(name: str, value: Any) -> None:
+    """Refuse, before any weight is read, a device the Gaudi software would refuse at the
+    first tensor put there (``habana active device: 1 != 0``): multi-GPU recipes give each
+    rank device ``LOCAL_RANK`` (``device_map={"": PartialState().process_index}``)."""
+    chosen = other_device(value)
+    if chosen is not None:
+        fix = ("device_map='hpu' (or {'': 'hpu'}, or {'': PartialState().device})"
+               if name == "device_map" else f"{name}='hpu'")
+        raise ValueError(
+            f"{name}={value!r} names the device {chosen}: a Gaudi process drives one device, "
+            "always hpu:0 (which module it is comes from HABANA_VISIBLE_MODULES and the "
+            "launcher's LOCAL_RANK, one process per device). Fix: give every rank "
+            f"{fix}")
+
+
+def install_device_index_check(registry: Registry, patches: Patches,
+                               module: types.ModuleType) -> None:
+    """``from_pretrained(device_map=...)`` naming another Gaudi than this process's is
+    refused before loading; any other call goes to Transformers unchanged."""
+    cls = getattr(module, "PreTrainedModel", None)
+    original = original_of(cls, "from_pretrained", HOST, "device index check",
+                           "PreTrainedModel.from_pretrained (a classmethod)", own=True)
+    if not isinstance(original, classmethod):
+        return
+    function = original.__func__
+
+    @functools.wraps(function)
+    def from_pretrained(owner: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("device_map") is not None and registry.device_available():
+            refuse_other_device("device_map", kwargs["device_map"])
+        return function(owner, *args, **kwargs)
+
+    patches.set(cls, "from_pretrained", ours(classmethod(from_pretrained)))
+
+
 def install(registry: Registry, patches: Patches, available: bool) -> None:
     """Register the post-import hooks; only availability when no device is ready."""
 
@@ -371,6 +425,7 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
         return
     importhook.when_imported("transformers.training_args", hook(install_training_args))
     importhook.when_imported("transformers.modeling_utils", hook(install_experts))
+    importhook.when_imported("transformers.modeling_utils", hook(install_device_index_check))
     importhook.when_imported("transformers.pipelines.base", hook(install_pipeline))
     importhook.when_imported("transformers.distributed.utils", hook(install_device_binding))
     importhook.when_imported("transformers.quantizers.quantizer_bnb_4bit", hook(install_bnb, 4))

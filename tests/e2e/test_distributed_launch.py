@@ -165,3 +165,42 @@ def test_ddp_backend_hccl_under_torchrun(tmp_path):
         assert rank["device"] == "hpu"
         assert rank["mode"].endswith("DISTRIBUTED")
         assert rank["equal"] == "True"
+
+
+#: The multi-GPU recipe of QLoRA and TRL examples: each rank loads the model on device
+#: ``process_index``; then the fix the refusal names.
+PER_RANK_DEVICE_MAP = """
+import sys
+import torch
+from accelerate import PartialState
+from transformers import LlamaConfig, LlamaForCausalLM
+
+state = PartialState()
+path = sys.argv[1]
+if state.is_main_process:
+    LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                 num_attention_heads=2, vocab_size=64)).save_pretrained(path)
+state.wait_for_everyone()
+try:
+    LlamaForCausalLM.from_pretrained(path, device_map={"": state.process_index})
+    print(f"rank={state.process_index} loaded", flush=True)
+except ValueError as exc:
+    print(f"rank={state.process_index} refused: {exc}", flush=True)
+model = LlamaForCausalLM.from_pretrained(path, device_map={"": state.device})
+print(f"rank={state.process_index} fixed device={model.device}", flush=True)
+"""
+
+
+def test_a_device_map_of_another_gaudi_is_refused_with_the_fix(tmp_path):
+    """Rank 1 asking for device 1 is refused before loading (the Gaudi software would
+    refuse the first tensor put there), naming the fix, which then works on every rank."""
+    script = tmp_path / "load.py"
+    script.write_text(PER_RANK_DEVICE_MAP)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", str(script), str(tmp_path / "model")]
+    result = run("", emulated_env(tmp_path, devices=2), argv=argv, cwd=tmp_path)
+    out = result.stdout
+    assert "rank=0 loaded" in out, out + result.stderr
+    assert "rank=1 refused: device_map={'': 1} names the device 1" in out
+    assert "Fix: give every rank device_map='hpu'" in out
+    assert "rank=0 fixed device=hpu:0" in out and "rank=1 fixed device=hpu:0" in out
