@@ -186,6 +186,14 @@ def quantizer_class() -> type:
             registry = type(self).registry or get_registry()
             if not registry.device_available():
                 return device_map
+            if device_map is not None and not _all_on_hpu(device_map):
+                # Neural Compressor's prepare and convert move the whole model to the Gaudi:
+                # weights placed elsewhere would be moved against the user's device_map
+                raise GaudiConfigError(
+                    "device_map", device_map, "every weight on the Gaudi (Neural Compressor "
+                    "measures and converts the whole model there)",
+                    "pass device_map='hpu' (or none), or load without GaudiFp8Config",
+                    problem=f"{QUANT_METHOD} cannot keep weights off the Gaudi")
             chosen = registry.quantization_device_map(
                 QUANT_METHOD, 8, device_map,
                 options={"mode": self.quantization_config.resolved_mode()},
@@ -330,6 +338,14 @@ def _places_on_hpu(device_map: Any) -> bool:
                    if where is not None)
     text = str(getattr(device_map, "type", device_map))
     return text in _SPREADING_MAPS or text == "hpu" or text.startswith("hpu:")
+
+
+def _all_on_hpu(device_map: Any) -> bool:
+    """Does ``device_map`` put every weight on an HPU (a spreading string included: on one
+    Gaudi process it places everything on the one device)?"""
+    if isinstance(device_map, Mapping):
+        return all(where is None or _places_on_hpu(where) for where in device_map.values())
+    return _places_on_hpu(device_map)
 
 
 def switch_config(config: Any, quantization_config: Any, device_map: Any,

@@ -258,8 +258,8 @@ def test_quantization_config_measures_then_quantizes(bf16, tiny, tmp_path: Path)
 
 
 #: Loads the model with the config named in argv (none, or GaudiFp8Config(argv[3], mode=
-#: argv[4])) and says what happened: the refusal, or what the model became. The device
-#: memory after a refusal shows whether any weight was read.
+#: argv[4]); argv[5] a device_map) and says what happened: the refusal, or what the model
+#: became. The device memory after a refusal shows whether any weight was read.
 LOAD = r"""
 import json, sys
 import torch
@@ -270,6 +270,8 @@ kwargs = {"dtype": torch.bfloat16}
 if kind == "config":
     from hpu_plugin.fp8 import GaudiFp8Config
     kwargs["quantization_config"] = GaudiFp8Config(sys.argv[3], mode=sys.argv[4])
+if sys.argv[5:]:
+    kwargs["device_map"] = sys.argv[5]
 try:
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
 except Exception as exc:
@@ -308,6 +310,20 @@ def test_quantize_without_a_measurement_is_refused_before_weights_load(tiny, tmp
     assert f"dump_stats_path (HPU_PLUGIN_FP8_STATS)={stats!r}" in refused["message"]
     assert "HPU_PLUGIN_FP8=measure" in refused["message"]
     assert refused["memory"] == 0
+
+
+def test_a_device_map_off_the_gaudi_is_refused_before_weights_load(tiny, tmp_path: Path):
+    """Neural Compressor measures and converts the whole model on the Gaudi: the user's
+    device_map="cpu" would be overridden, so it is refused, naming the fix."""
+    path, _ = tiny
+    refused = _run(LOAD, _emulated("gaudi2"), str(path), "config",
+                   str(tmp_path / "fp8" / "measure"), "measure", "cpu")
+    assert refused["error"] == "GaudiConfigError", refused
+    assert refused["message"].startswith("device_map=")
+    assert "gaudi_fp8 cannot keep weights off the Gaudi" in refused["message"]
+    assert "Fix: pass device_map='hpu' (or none)" in refused["message"]
+    assert refused["memory"] == 0
+    assert not (tmp_path / "fp8").exists()
 
 
 def test_the_users_quantization_config_wins_over_the_switch(tiny, tmp_path: Path) -> None:
