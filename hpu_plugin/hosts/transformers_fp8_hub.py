@@ -121,6 +121,13 @@ def install_validate(registry: Registry, patches: Patches, module: types.ModuleT
         if device_map is None and not self.pre_quantized:
             return original(self, *args, **kwargs)  # quantizing on the fly needs a device
         refuse_first_generation()
+        formats = {"scale_fmt": (getattr(config, "scale_fmt", "float"), "float"),
+                   "expert_dtype": (getattr(config, "expert_dtype", "fp8"), "fp8")}
+        for name, (value, supported) in formats.items():
+            if value != supported:  # ue8m0 scales, FP4 experts: no kernel on the HPU
+                raise NotImplementedError(
+                    f"FineGrainedFP8Config {name}={value!r} is not supported on the HPU (only "
+                    f"{supported!r} is); load with FineGrainedFP8Config(dequantize=True)")
         if not is_accelerate_available():
             raise ImportError("Loading an FP8 quantized model requires accelerate "
                               "(`pip install accelerate`)")

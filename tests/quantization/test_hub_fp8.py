@@ -261,3 +261,31 @@ def test_an_fp8_mixture_of_experts_runs_on_hpu(tmp_path, generation):
               f"{got['peak']:.3f}")
         assert got[name]["experts"] == ["FP8Experts", "torch.float8_e4m3fn", "hpu:0"]
         assert got[name]["error"] / got["peak"] < 0.08
+
+
+UE8M0 = r"""
+import json, sys, torch
+from transformers import (AutoModelForCausalLM, FineGrainedFP8Config, LlamaConfig,
+                          LlamaForCausalLM)
+
+root = sys.argv[1]
+LlamaForCausalLM(LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                             num_attention_heads=4, vocab_size=128)).save_pretrained(root)
+try:
+    AutoModelForCausalLM.from_pretrained(root, dtype=torch.bfloat16, device_map="hpu",
+        quantization_config=FineGrainedFP8Config(weight_block_size=(16, 16), scale_fmt="ue8m0"))
+    result = {"error": None}
+except NotImplementedError as exc:
+    result = {"error": str(exc), "memory": torch.hpu.memory_allocated()}
+print("RESULT" + json.dumps(result))
+"""
+
+
+def test_a_scale_format_without_an_hpu_kernel_is_refused_before_loading(tmp_path):
+    """ue8m0 scales (DeepSeek-V4 style) have no HPU path: refused with the fix before any
+    weight is read, not at the first forward."""
+    got = _run(UE8M0, emulated(HPU_PLUGIN_EMULATE="gaudi2"), str(tmp_path))
+    assert got["error"] == ("FineGrainedFP8Config scale_fmt='ue8m0' is not supported on the "
+                            "HPU (only 'float' is); load with "
+                            "FineGrainedFP8Config(dequantize=True)")
+    assert got["memory"] == 0
