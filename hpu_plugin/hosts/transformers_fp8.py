@@ -31,6 +31,7 @@ refuses to be made and ``HPU_PLUGIN_FP8`` is said once not to apply, each naming
 from __future__ import annotations
 
 import atexit
+import difflib
 import functools
 import glob
 import importlib.util
@@ -103,6 +104,20 @@ def _needs_newer(what: str) -> str:
 
 
 @functools.cache
+@functools.cache
+def inc_option_names() -> frozenset[str]:
+    """The options Neural Compressor's ``FP8Config`` names (empty when it is not installed:
+    loading says so)."""
+    if importlib.util.find_spec("neural_compressor") is None:
+        return frozenset()
+    from neural_compressor.torch.quantization import FP8Config
+
+    names = inspect.signature(FP8Config.__init__).parameters
+    return frozenset(name for name, parameter in names.items()
+                     if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+                     and name not in ("self", "mode", "dump_stats_path"))
+
+
 def config_class() -> type:
     """``GaudiFp8Config``, a Transformers ``QuantizationConfigMixin`` (built on first use, so
     the plugin imports Transformers only when the user does)."""
@@ -147,6 +162,15 @@ def config_class() -> type:
                 if reserved in self.inc_options:
                     raise ValueError(f"GaudiFp8Config: pass {reserved} as its own argument, "
                                      "not in inc_options")
+            accepted = inc_option_names()
+            unknown = sorted(set(self.inc_options) - accepted) if accepted else []
+            if unknown:  # Neural Compressor takes them and fails after the weights load
+                close = difflib.get_close_matches(unknown[0], accepted, n=1)
+                raise ValueError(
+                    f"GaudiFp8Config(inc_options=...): {', '.join(map(repr, unknown))} is not "
+                    "an option of Neural Compressor's FP8Config"
+                    + (f" (did you mean {close[0]!r}?)" if close else "")
+                    + f"; its options: {', '.join(sorted(accepted))}")
 
         def resolved_mode(self) -> str:
             """``measure`` or ``quantize``: what loading does with this config now."""

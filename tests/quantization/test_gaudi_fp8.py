@@ -360,3 +360,27 @@ def test_a_bad_switch_is_refused_at_import_with_one_message(switch, named, fix) 
     ours = [line for line in done.stderr.splitlines() if "hpu_plugin" in line]
     assert len(ours) == 1, done.stderr
     assert ours[0].count(named) == 1 and fix in ours[0]
+
+
+INC_OPTIONS = r"""
+import json
+from hpu_plugin.fp8 import GaudiFp8Config
+
+try:
+    GaudiFp8Config("./fp8/measure", inc_options={"blocklst": {"names": ["lm_head"]}})
+    result = {"error": None}
+except ValueError as exc:
+    result = {"error": str(exc)}
+GaudiFp8Config("./fp8/measure", inc_options={"blocklist": {"names": ["lm_head"]}})
+print("RESULT" + json.dumps(result))
+"""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("neural_compressor") is None,
+                    reason="Neural Compressor names the options")
+def test_a_misspelt_inc_option_is_refused_when_the_config_is_made() -> None:
+    """Neural Compressor's FP8Config takes any keyword and fails after the weights load."""
+    got = _run(INC_OPTIONS, _emulated("gaudi2"))
+    assert got["error"].startswith("GaudiFp8Config(inc_options=...): 'blocklst' is not an "
+                                   "option of Neural Compressor's FP8Config (did you mean "
+                                   "'blocklist'?)")
