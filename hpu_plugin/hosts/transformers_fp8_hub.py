@@ -118,9 +118,13 @@ def install_validate(registry: Registry, patches: Patches, module: types.ModuleT
                 or not registry.device_available()
                 or not (device_map is None or _names_hpu(device_map))):
             return original(self, *args, **kwargs)
-        if device_map is None and not self.pre_quantized:
-            return original(self, *args, **kwargs)  # quantizing on the fly needs a device
         refuse_first_generation()
+        if device_map is None and not self.pre_quantized:
+            # Transformers would say "No GPU or XPU found": name the Gaudi's way instead
+            raise ValueError(
+                "FineGrainedFP8Config quantizes the weights as they load, on the device they "
+                "load to, and with no device_map they load on the CPU. Fix: pass "
+                "device_map='hpu'")
         formats = {"scale_fmt": (getattr(config, "scale_fmt", "float"), "float"),
                    "expert_dtype": (getattr(config, "expert_dtype", "fp8"), "fp8")}
         for name, (value, supported) in formats.items():

@@ -277,15 +277,22 @@ try:
     result = {"error": None}
 except NotImplementedError as exc:
     result = {"error": str(exc), "memory": torch.hpu.memory_allocated()}
+try:  # quantized on the fly with no device_map: Transformers would say "No GPU or XPU found"
+    AutoModelForCausalLM.from_pretrained(root, dtype=torch.bfloat16,
+        quantization_config=FineGrainedFP8Config(weight_block_size=(16, 16)))
+except ValueError as exc:
+    result["no_device_map"] = str(exc)
 print("RESULT" + json.dumps(result))
 """
 
 
 def test_a_scale_format_without_an_hpu_kernel_is_refused_before_loading(tmp_path):
     """ue8m0 scales (DeepSeek-V4 style) have no HPU path: refused with the fix before any
-    weight is read, not at the first forward."""
+    weight is read, not at the first forward; quantizing on the fly with no device_map is
+    refused naming the Gaudi's fix."""
     got = _run(UE8M0, emulated(HPU_PLUGIN_EMULATE="gaudi2"), str(tmp_path))
     assert got["error"] == ("FineGrainedFP8Config scale_fmt='ue8m0' is not supported on the "
                             "HPU (only 'float' is); load with "
                             "FineGrainedFP8Config(dequantize=True)")
     assert got["memory"] == 0
+    assert got["no_device_map"].endswith("they load on the CPU. Fix: pass device_map='hpu'")
