@@ -104,7 +104,6 @@ def _needs_newer(what: str) -> str:
 
 
 @functools.cache
-@functools.cache
 def inc_option_names() -> frozenset[str]:
     """The options Neural Compressor's ``FP8Config`` names (empty when it is not installed:
     loading says so)."""
@@ -118,6 +117,7 @@ def inc_option_names() -> frozenset[str]:
                      and name not in ("self", "mode", "dump_stats_path"))
 
 
+@functools.cache
 def config_class() -> type:
     """``GaudiFp8Config``, a Transformers ``QuantizationConfigMixin`` (built on first use, so
     the plugin imports Transformers only when the user does)."""

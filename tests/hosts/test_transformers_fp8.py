@@ -101,7 +101,10 @@ def test_the_quantizer_places_through_the_hook(fp8_installed, answers):
     quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
     answers.device_map = {"": "hpu:1"}
     assert quantizer.update_device_map(None) == {"": "hpu:1"}
-    assert quantizer.update_device_map("cpu") == "cpu"  # the user's
+    assert quantizer.update_device_map("hpu") == "hpu"  # the user's
+    # Neural Compressor would move a CPU placement to the Gaudi: refused, not overridden
+    with pytest.raises(GaudiConfigError, match="device_map='cpu': gaudi_fp8 cannot keep"):
+        quantizer.update_device_map("cpu")
     assert ("quant", ("gaudi_fp8", 8, None)) in answers.calls
     answers.device_map = None
     assert quantizer.update_device_map(None) is None
