@@ -92,7 +92,10 @@ def fits(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weights: Any)
     if type(gate_up) not in (torch.Tensor, torch.nn.Parameter) or gate_up.dim() != 3:
         return None  # quantized or sharded weights: their own functions
     dtype = hidden_states.dtype
-    if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+    # not float16: the kernel runs every expert on every token and weighs the unchosen by 0,
+    # so an unchosen expert that overflows float16's range makes 0 * inf = NaN, where
+    # batched_mm never computes it (bf16 and float32 have float32's range)
+    if dtype not in (torch.float32, torch.bfloat16):
         return None
     if gate_up.dtype != dtype or down.dtype != dtype or not top_k_weights.is_floating_point():
         return None

@@ -230,3 +230,46 @@ def test_undoing_the_plugin_takes_the_entry_and_the_choice_back(moe):
     # a model made meanwhile goes on running: the entry is Transformers' batched_mm again
     assert moe["undone"] == {"entry": "batched_mm_experts_forward", "chosen": "grouped_mm",
                              "kept_running": True, "kernels_after": 0}
+
+
+#: float16 DeepSeek-V3 whose expert 3 is never chosen (its score correction is -100) and would
+#: overflow float16 if computed: the model's own experts never compute it.
+UNCHOSEN_OVERFLOW = r"""
+import copy, json, torch
+from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+config = DeepseekV3Config(
+    vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+    first_k_dense_replace=0, n_group=1, topk_group=1, n_shared_experts=1, kv_lora_rank=16,
+    q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, pad_token_id=0,
+    bos_token_id=1, eos_token_id=2)
+torch.manual_seed(0)
+model = DeepseekV3ForCausalLM(config).eval()
+with torch.no_grad():
+    for layer in model.model.layers:
+        layer.mlp.gate.e_score_correction_bias.fill_(0.0)
+        layer.mlp.gate.e_score_correction_bias[3] = -100.0
+        layer.mlp.experts.gate_up_proj[3].mul_(400.0)
+        layer.mlp.experts.down_proj[3].mul_(400.0)
+model = model.half()
+ids = torch.tensor([[5, 9, 14, 27, 3, 8, 11, 40]])
+result = {}
+for device, copy_ in (("cpu", copy.deepcopy(model)), ("hpu", model.to("hpu"))):
+    with torch.no_grad():
+        logits = copy_(input_ids=ids.to(device)).logits
+        tokens = copy_.generate(input_ids=ids.to(device), max_new_tokens=6, do_sample=False)
+    result[device] = {"finite": bool(torch.isfinite(logits).all()),
+                      "tokens": tokens[0].tolist()}
+print("RESULT" + json.dumps(result))
+"""
+
+
+def test_float16_keeps_the_experts_no_token_chose_out_of_the_sum():
+    """The kernel computes every expert on every token and weighs the unchosen by 0: in
+    float16 an unchosen expert that overflows would make 0 * inf = NaN. float16 keeps
+    ``batched_mm``, which computes only the chosen pairs."""
+    got = result_of(run_python(UNCHOSEN_OVERFLOW, emulated(), timeout=600, check=True).stdout)
+    assert got["hpu"]["finite"] and got["cpu"]["finite"]
+    assert got["hpu"]["tokens"] == got["cpu"]["tokens"]

@@ -6,12 +6,17 @@ layers call: for every expert ``e`` (the index into ``w1``/``w2``/``w3``), ``h =
 * (x @ W2)`` and ``out += (h @ W3) * r[:, e]``, where ``r`` scatters ``router_weights`` to
 the experts named by ``expert_routing_table`` (``[tokens, k]``). ``permuted_weights=True``
 means the weights are stored ``[out, in]`` as in ``nn.Linear``. ``activation`` is ``gelu``,
-``relu`` or ``silu``. ``experts_min``/``experts_max`` only steer the hardware kernel (the
-bridge's eager path ignores them too). ``fused_weights`` passes ``W1`` and ``W2``
-concatenated (on dim 0 when permuted, else dim 1). ``router_weights`` must have
-``hidden_states``' dtype and the routing table must be int64, as the bridge's scatter of the
-one by the other requires. As there, every product is taken in ``hidden_states``' dtype
-(each matmul and product rounded to it, the accumulation of the experts in it too).
+``relu`` or ``silu``. ``experts_min``/``experts_max`` name the experts the weight lists
+hold, as the hardware kernel reads them (the bridge passes both to it; its eager reference
+ignores them): the routing table holds global expert numbers, the lists hold experts
+``experts_min..experts_max``, and a token's choice outside them adds nothing. This is how
+optimum-habana's DeepSeek-V2 (slices of 80 experts) and its Mixtral with expert parallelism,
+and vllm-hpu-extension, call it: the sum of the slices is the whole call. ``fused_weights``
+passes ``W1`` and ``W2`` concatenated (on dim 0 when permuted, else dim 1).
+``router_weights`` must have ``hidden_states``' dtype and the routing table must be int64,
+as the bridge's scatter of the one by the other requires. As there, every product is taken
+in ``hidden_states``' dtype (each matmul and product rounded to it, the accumulation of the
+experts in it too).
 
 The ``.fp8_measurement`` overloads (the same with a trailing ``measurement_mode``) also
 return, for each expert, the largest value of ``act(x @ W1) * (x @ W2)`` over all tokens,
@@ -37,6 +42,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
              router_weights: torch.Tensor, w1: list[torch.Tensor], w2: list[torch.Tensor],
              w3: list[torch.Tensor], permuted_weights: bool, activation: str,
+             experts_min: int, experts_max: int,
              measure: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     op = "mixture_of_experts"
     expect(activation in ACTIVATIONS,
@@ -59,15 +65,17 @@ def _experts(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
     expect_same_lengths(op, w1=w1, w2=w2, w3=w3)
     experts = len(w1)
     expect(experts > 0, f"{op}: needs at least one expert")
-    table = expert_routing_table.to(torch.int64)
-    if table.numel():
-        expect(int(table.min()) >= 0 and int(table.max()) < experts,
-               f"{op}: expert_routing_table names experts outside 0..{experts - 1}")
+    expect(experts_max - experts_min + 1 == experts,
+           f"{op}: experts_min..experts_max ({experts_min}..{experts_max}) must name the "
+           f"{experts} expert(s) the weight lists hold")
+    table = expert_routing_table.to(torch.int64) - experts_min
+    held = (table >= 0) & (table < experts)
     act = ACTIVATIONS[activation]
     tokens = hidden_states.shape[0]
     x = hidden_states
-    padded = torch.zeros(tokens, experts, dtype=x.dtype, device=x.device).scatter_(
-        -1, table, router_weights)
+    # one column more for the choices of experts this call does not hold: dropped after
+    padded = torch.zeros(tokens, experts + 1, dtype=x.dtype, device=x.device).scatter_(
+        -1, torch.where(held, table, experts), router_weights)[:, :experts]
     out = torch.zeros_like(x)
     peaks = []
     for e in range(experts):
@@ -85,7 +93,7 @@ def mixture_of_experts(hidden_states: torch.Tensor, expert_routing_table: torch.
                        w2: list[torch.Tensor], w3: list[torch.Tensor], permuted_weights: bool,
                        activation: str, experts_min: int, experts_max: int) -> torch.Tensor:
     return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
-                    permuted_weights, activation)[0]
+                    permuted_weights, activation, experts_min, experts_max)[0]
 
 
 def mixture_of_experts_measured(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
@@ -95,7 +103,7 @@ def mixture_of_experts_measured(hidden_states: torch.Tensor, expert_routing_tabl
                                 experts_max: int, measurement_mode: bool
                                 ) -> tuple[torch.Tensor, torch.Tensor]:
     return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
-                    permuted_weights, activation, measure=True)
+                    permuted_weights, activation, experts_min, experts_max, measure=True)
 
 
 def _split(w12: list[torch.Tensor], permuted_weights: bool
@@ -114,7 +122,7 @@ def mixture_of_experts_fused_measured(hidden_states: torch.Tensor,
                                       ) -> tuple[torch.Tensor, torch.Tensor]:
     w1, w2 = _split(w12, permuted_weights)
     return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
-                    permuted_weights, activation, measure=True)
+                    permuted_weights, activation, experts_min, experts_max, measure=True)
 
 
 def mixture_of_experts_fused(hidden_states: torch.Tensor, expert_routing_table: torch.Tensor,
@@ -123,4 +131,4 @@ def mixture_of_experts_fused(hidden_states: torch.Tensor, expert_routing_table: 
                              experts_min: int, experts_max: int) -> torch.Tensor:
     w1, w2 = _split(w12, permuted_weights)
     return _experts(hidden_states, expert_routing_table, router_weights, w1, w2, w3,
-                    permuted_weights, activation)[0]
+                    permuted_weights, activation, experts_min, experts_max)[0]
