@@ -105,11 +105,15 @@ def _needs_newer(what: str) -> str:
 
 @functools.cache
 def inc_option_names() -> frozenset[str]:
-    """The options Neural Compressor's ``FP8Config`` names (empty when it is not installed:
-    loading says so)."""
+    """The options Neural Compressor's ``FP8Config`` names; empty when it cannot be imported
+    (not installed, or a device it has no fp8 for, such as first-generation Gaudi): loading
+    then refuses with the reason."""
     if importlib.util.find_spec("neural_compressor") is None:
         return frozenset()
-    from neural_compressor.torch.quantization import FP8Config
+    try:
+        from neural_compressor.torch.quantization import FP8Config
+    except Exception:
+        return frozenset()
 
     names = inspect.signature(FP8Config.__init__).parameters
     return frozenset(name for name, parameter in names.items()
