@@ -373,7 +373,9 @@ def _watched(step: Callable[..., Any], watch: StepWatch, static: bool) -> Callab
 
 
 def _trainer_pad_token(trainer: Any) -> int:
-    tokenizer = getattr(trainer, "processing_class", None) or getattr(trainer, "tokenizer", None)
+    # processing_class only: Transformers 4's ``tokenizer`` property warns that it is
+    # deprecated, which would blame the user for the plugin's look-up
+    tokenizer = getattr(trainer, "processing_class", None)
     tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
     for value in (getattr(tokenizer, "pad_token_id", None),
                   getattr(getattr(trainer.model, "config", None), "pad_token_id", None)):
@@ -401,6 +403,23 @@ def _bucket_collator(registry: Registry, patches: Patches,
     return None, sizes
 
 
+def _with_own_collator(build: Callable[..., Any], trainer: Any) -> Callable[..., Any]:
+    """``build`` (a Trainer's dataloader method) with the collator the user gave the Trainer."""
+
+    @functools.wraps(build)
+    def with_own(*args: Any, **kwargs: Any) -> Any:
+        collator = trainer.data_collator
+        if not isinstance(collator, BucketingCollator):
+            return build(*args, **kwargs)
+        trainer.data_collator = collator.inner
+        try:
+            return build(*args, **kwargs)
+        finally:
+            trainer.data_collator = collator
+
+    return ours(with_own)
+
+
 def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     """For a model compiled for Gaudi: bucket the collator's batches where the user left the
     padding to us, and watch every step for recompilations (each change to the Trainer
@@ -412,6 +431,13 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
         return
     why, sizes = _bucket_collator(registry, patches, trainer)
+    if why is None and not by_user:
+        # the training graphs keep eager's results: evaluation and predictions keep the
+        # lengths of their own batches (Trainer pads predictions to the longest batch only)
+        for name in ("get_eval_dataloader", "get_test_dataloader"):
+            build = getattr(trainer, name, None)
+            if callable(build) and not is_ours(build):
+                patches.set_on_instance(trainer, name, _with_own_collator(build, trainer))
     # grouping rows changes the order of the batches, so the losses of each step: only for
     # a model the user compiled, or when asked for (the training graphs keep eager's losses)
     if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):

@@ -188,3 +188,54 @@ def test_grouped_rows_follow_the_users_data_seed(run):
     user's data_seed, a new order each epoch, the same one for the same seed."""
     assert result_of(run(SEEDED)) == {"sampler": "BucketGroupedSampler", "seeds_differ": True,
                                       "same_seed_same_order": True, "next_epoch_differs": True}
+
+
+#: An uncompiled model (the training graphs' default): training batches are bucketed, while
+#: predictions keep the lengths Transformers gives them (padded to the longest batch only).
+PREDICT = LLAMA + """
+import json, logging
+import transformers
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainingArguments
+
+class Rows(Dataset):
+    def __init__(self, lengths):
+        self.n = lengths
+    def __len__(self):
+        return len(self.n)
+    def __getitem__(self, i):
+        ids = [3 + (i * 5 + j) % 120 for j in range(self.n[i])]
+        return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": ids}
+
+def collate(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    def pad(key, value):
+        return torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
+    return {"input_ids": pad("input_ids", 0), "attention_mask": pad("attention_mask", 0),
+            "labels": pad("labels", -100)}
+
+said = []
+class Said(logging.Handler):
+    def emit(self, record):
+        said.append(record.getMessage())
+logging.getLogger("transformers").addHandler(Said())
+transformers.logging.set_verbosity_warning()
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-predict", max_steps=2,
+                         per_device_train_batch_size=2, per_device_eval_batch_size=2,
+                         report_to=[], save_strategy="no", seed=0)
+trainer = Trainer(model=model.train(), args=args, train_dataset=Rows([5, 9, 7, 11]),
+                  data_collator=collate)
+trainer.train()
+out = trainer.predict(Rows([5, 9, 7, 23]))
+print("RESULT" + json.dumps({"wrapped": type(trainer.data_collator).__name__,
+      "predictions": list(out.predictions.shape), "labels": list(out.label_ids.shape),
+      "deprecated": [m for m in said if "deprecated" in m]}))
+"""
+
+
+@pytest.mark.e2e
+def test_predictions_of_an_uncompiled_model_keep_their_lengths(run):
+    got = result_of(run(PREDICT))
+    assert got["deprecated"] == []  # nothing the user did is named deprecated
+    assert got["wrapped"] == "BucketingCollator"  # training batches: the graphs' buckets
+    assert got["predictions"] == [4, 23, 128] and got["labels"] == [4, 23]
