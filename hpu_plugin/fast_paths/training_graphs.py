@@ -237,6 +237,11 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
         return "lazy mode (PT_HPU_LAZY_MODE=1) makes graphs of its own; torch.compile is not used"
     if _user_compiled(accelerator, model):
         return "the model is compiled by the user's choice"
+    if str(getattr(accelerator, "mixed_precision", "no")) == "fp16":
+        # Gaudi's autocast runs mul in the lower precision; traced into the backward graph,
+        # an RMSNorm's float32 arithmetic overflows float16 and every step is skipped
+        return ("fp16 autocast: the compiled backward overflows float16 where eager's does "
+                "not (bf16, Gaudi's precision, trains through graphs)")
     blocks = repeated_blocks(model)
     if not blocks:
         return f"{type(model).__name__} has no repeated blocks"
