@@ -8,6 +8,16 @@ from processes import result_of
 
 from .conftest import LLAMA
 
+#: The collator of the scripts below: each batch padded to its longest row, labels with -100.
+COLLATE = '''
+def collate(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    def pad(key, value):
+        return torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
+    return {"input_ids": pad("input_ids", 0), "attention_mask": pad("attention_mask", 0),
+            "labels": pad("labels", -100)}
+'''
+
 TRAIN = LLAMA + """
 import json, random
 from torch.utils.data import Dataset
@@ -24,14 +34,7 @@ class Rows(Dataset):
     def __getitem__(self, i):
         ids = [3 + (i * 5 + j) % 120 for j in range(self.n[i])]
         return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": ids}
-
-def collate(features):
-    longest = max(len(f["input_ids"]) for f in features)
-    def pad(key, value):
-        return torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
-    return {"input_ids": pad("input_ids", 0), "attention_mask": pad("attention_mask", 0),
-            "labels": pad("labels", -100)}
-
+""" + COLLATE + """
 class Losses(TrainerCallback):
     def __init__(self):
         self.losses = []
@@ -206,14 +209,7 @@ class Rows(Dataset):
     def __getitem__(self, i):
         ids = [3 + (i * 5 + j) % 120 for j in range(self.n[i])]
         return {"input_ids": ids, "attention_mask": [1] * len(ids), "labels": ids}
-
-def collate(features):
-    longest = max(len(f["input_ids"]) for f in features)
-    def pad(key, value):
-        return torch.tensor([f[key] + [value] * (longest - len(f[key])) for f in features])
-    return {"input_ids": pad("input_ids", 0), "attention_mask": pad("attention_mask", 0),
-            "labels": pad("labels", -100)}
-
+""" + COLLATE + """
 said = []
 class Said(logging.Handler):
     def emit(self, record):
