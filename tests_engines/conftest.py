@@ -69,7 +69,10 @@ def two_nodes(tmp_path: Path, node0: dict[str, str], node1: dict[str, str], *arg
     for rank, extra in enumerate((node0, node1)):
         folder = tmp_path / f"node{rank}"
         folder.mkdir()
-        env = emulated_env(folder, devices=2, HPU_PLUGIN_PREFLIGHT_TIMEOUT=timeout, **extra)
+        # Line-buffered, not unbuffered: both ranks of a node write one error to one pipe,
+        # and unbuffered Python writes a traceback's last line in pieces that interleave.
+        env = emulated_env(folder, devices=2, HPU_PLUGIN_PREFLIGHT_TIMEOUT=timeout,
+                           PYTHONUNBUFFERED="", **extra)
         if launcher == "accelerate":
             procs.append(accelerate_launch(folder, script, *args, num_machines=2,
                                            machine_rank=rank, port=port, env=env))
