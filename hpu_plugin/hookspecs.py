@@ -6,9 +6,10 @@ the ``hpu_plugin`` entry-point group. Deciding hooks are ``firstresult``: the fi
 other than ``None`` decides, so ``None`` means "no opinion, ask the next one".
 
 Call order (docs/writing-a-plugin.md): wrappers (``wrapper=True``; entered first, left last,
-they see and may replace the decision, or see a :class:`Refusal`), then ``tryfirst``, plain
-(the first-party plugin first, third parties by ascending entry-point name) and ``trylast``
-implementations. So a third party overrides a first-party decision only when it asks to.
+they see and may replace the decision, or see a :class:`Refusal`), then ``tryfirst`` and
+plain implementations (among ``tryfirst`` third parties first, among plain the first-party
+plugin first; equals by ascending entry-point name), then ``trylast``. So a third party
+overrides a first-party decision only when it asks to, and then always can.
 
 An answer must have the type the spec declares and mean something the host can use: each
 spec's one check is declared beside it with :func:`answers`, and the guard

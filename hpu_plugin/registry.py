@@ -90,8 +90,7 @@ class Registry:
                              "entry points")
             elif plugin is not None:
                 loaded[id(plugin)] = (plugin, record)
-        for plugin, record in sorted(loaded.values(), reverse=True,
-                                     key=lambda p: (not p[1].first_party, p[1].name)):
+        for plugin, record in sorted(loaded.values(), key=_registration_order, reverse=True):
             self.register(plugin, record)
 
     def _admit(self, record: PluginRecord) -> bool:
@@ -280,6 +279,18 @@ def _write_trace(text: str) -> None:
     sys.stderr.write("".join(f"hpu_plugin trace:{line}" if line.strip() else line
                              for line in text.splitlines(keepends=True)))
     sys.stderr.flush()
+
+
+def _registration_order(pair: tuple[object, PluginRecord]) -> tuple[int, str]:
+    """pluggy asks the last registered first within each kind (``tryfirst``, plain,
+    ``trylast``). First-party plugins are registered after third parties, so they decide
+    before a third party's plain implementation; a first-party plugin with a ``tryfirst``
+    implementation is registered before them, so a third party's ``tryfirst`` still comes
+    first. Sorted in reverse: equals are asked in ascending name order."""
+    plugin, record = pair
+    early = record.first_party and any(opts.get("tryfirst") for _, _, opts in
+                                       _hook_functions(plugin))
+    return -(0 if early else 2 if record.first_party else 1), record.name
 
 
 def _hook_functions(plugin: object) -> Iterable[tuple[str, Callable[..., Any], Mapping[str, Any]]]:

@@ -3,8 +3,12 @@ when they ask for it (tryfirst, wrappers) and are fallbacks with trylast."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
+from hpu_plugin.gaudi import migration
 from hpu_plugin.hookspecs import Refusal
 from hpu_plugin.registry import Registry
 from hpu_plugin.switches import Selection
@@ -38,9 +42,28 @@ def test_third_party_with_tryfirst_takes_precedence(site):
     registry = _registry(site.entry_points())
     assert registry.ddp_backend(None) == "gloo"
     assert registry.call_order_detail("hpu_ddp_backend") == [
-        # gpu_migration's tryfirst answers only for nccl under the loaded toolkit
-        ("gpu_migration", "tryfirst"), ("first", "tryfirst"), ("ddp", "plain")
+        ("first", "tryfirst"), ("gpu_migration", "tryfirst"), ("ddp", "plain")
     ]
+
+
+def test_third_party_tryfirst_decides_before_the_migration_toolkit(site, monkeypatch):
+    """The policy docs/gpu-migration.md tells users to write: refuse CUDA-written jobs.
+    The toolkit counts as loaded once its module is imported, as the bridge imports it."""
+    site.add("policy", """
+    from hpu_plugin.hookspecs import Refusal, hookimpl
+
+    @hookimpl(tryfirst=True)
+    def hpu_ddp_backend(requested):
+        if requested == "nccl":
+            raise Refusal("this cluster runs no CUDA-written jobs")
+    """)
+    monkeypatch.setitem(sys.modules, migration.MODULE, types.ModuleType(migration.MODULE))
+    registry = _registry(site.entry_points())
+    with pytest.raises(Refusal, match="no CUDA-written jobs"):
+        registry.ddp_backend("nccl")
+    assert registry.ddp_backend("hccl") == "hccl"
+    without = _registry(site.entry_points(), disabled=frozenset({"policy"}))
+    assert without.ddp_backend("nccl") == "hccl"  # the toolkit's mapping, as before
 
 
 def test_trylast_is_a_fallback_asked_only_when_everyone_else_defers(site):
@@ -244,7 +267,7 @@ def test_specname_lets_a_function_of_another_name_implement_a_hook(site):
     """)
     registry = _registry(site.entry_points())
     assert registry.records["renamed"].hooks == ["hpu_ddp_backend"]
-    assert registry.call_order("hpu_ddp_backend") == ["gpu_migration", "renamed", "ddp"]
+    assert registry.call_order("hpu_ddp_backend") == ["renamed", "gpu_migration", "ddp"]
     assert registry.ddp_backend(None) == "hccl"
     assert "does not allow" in registry.records["renamed"].reason
 
