@@ -59,6 +59,22 @@ def accelerate_launch(folder: Path, script: str, *args: str, num_machines: int,
                             stderr=subprocess.STDOUT, text=True)
 
 
+def deepspeed_launch(folder: Path, script: str, *args: str, nnodes: int, node_rank: int,
+                     port: int, env: dict[str, str]) -> subprocess.Popen[str]:
+    """Start one node's DeepSpeed launcher as the ``deepspeed`` runner starts it on each host
+    of a hostfile (over pdsh or ssh): 2 processes a node, ``LOCAL_SIZE`` and no
+    ``LOCAL_WORLD_SIZE`` in their environment."""
+    import base64
+
+    world = {f"node{n}": [0, 1] for n in range(nnodes)}
+    info = base64.urlsafe_b64encode(json.dumps(world).encode()).decode()
+    argv = [sys.executable, "-m", "deepspeed.launcher.launch", f"--world_info={info}",
+            f"--node_rank={node_rank}", "--master_addr=127.0.0.1", f"--master_port={port}",
+            "--no_local_rank", str(HERE / script), *args]
+    return subprocess.Popen(argv, env=env, cwd=folder, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
 def two_nodes(tmp_path: Path, node0: dict[str, str], node1: dict[str, str], *args: str,
               script: str = "two_node_job.py", timeout: str = "60",
               launcher: str = "torchrun") -> list[tuple[int, str]]:
@@ -76,6 +92,9 @@ def two_nodes(tmp_path: Path, node0: dict[str, str], node1: dict[str, str], *arg
         if launcher == "accelerate":
             procs.append(accelerate_launch(folder, script, *args, num_machines=2,
                                            machine_rank=rank, port=port, env=env))
+        elif launcher == "deepspeed":
+            procs.append(deepspeed_launch(folder, script, *args, nnodes=2, node_rank=rank,
+                                          port=port, env=env))
         else:
             procs.append(torchrun(folder, script, *args, nnodes=2, node_rank=rank, port=port,
                                   env=env))

@@ -13,9 +13,10 @@ from .conftest import two_nodes
 pytestmark = [pytest.mark.e2e, pytest.mark.engines]
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate", "deepspeed"])
 def test_two_nodes_train_with_hccl_each_on_its_own_server(tmp_path, launcher):
-    """``torchrun --nnodes 2`` and ``accelerate launch --num_machines 2``, one a node."""
+    """``torchrun --nnodes 2``, ``accelerate launch --num_machines 2`` and DeepSpeed's
+    per-host launcher, one a node."""
     (rc0, out0), (rc1, out1) = two_nodes(
         tmp_path,
         {"HABANA_VISIBLE_MODULES": "0,1"},

@@ -21,7 +21,8 @@ accelerator.wait_for_everyone()
 flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).cpu()
 print("RESULT " + json.dumps({
     "rank": accelerator.process_index, "n": accelerator.num_processes,
-    "node": os.environ.get("GROUP_RANK"), "backend": accelerator.state.backend,
+    "node": os.environ.get("GROUP_RANK") or os.environ.get("CROSS_RANK"),  # DeepSpeed's
+    "backend": accelerator.state.backend,
     "type": str(accelerator.distributed_type),
     "device": accelerator.device.type, "module": os.environ.get("HLS_MODULE_ID"),
     "checksum": round(float(flat.sum()), 6),

@@ -385,6 +385,11 @@ def check_combination(modules: Sequence[int], raw_modules: str | None, node: _No
     )
 
 
+#: Where launchers put the number of processes on this server: torchrun and accelerate launch,
+#: DeepSpeed's launcher, Open MPI.
+LOCAL_SIZES = ("LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE")
+
+
 def _env_int(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, int] | None:
     for name in names:
         raw = environ.get(name)
@@ -404,14 +409,21 @@ def _env_int(environ: Mapping[str, str], names: Sequence[str]) -> tuple[str, int
 
 def job_from_environ(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
     """``(world_size, local_world_size, local_rank)`` as the launcher set them, or ``None``
-    outside a launcher. Reads torchrun's variables, then Open MPI's, as the hccl import does."""
+    outside a launcher. Reads torchrun's variables, then Open MPI's, as the hccl import does;
+    the processes on this server also from DeepSpeed's launcher, which sets ``LOCAL_SIZE``."""
     world = _env_int(environ, ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE"))
     if world is None:
         return None
     local_rank = _env_int(environ, ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK"))
-    local_world = _env_int(environ, ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"))
+    local_world = _env_int(environ, LOCAL_SIZES)
     rank = local_rank[1] if local_rank else 0
-    # Without LOCAL_WORLD_SIZE a single-node job is assumed, the common case on Gaudi.
+    if local_world is None and world[1] > MAX_DEVICES:
+        raise PlacementError(
+            "LOCAL_WORLD_SIZE", None, "the number of processes on each server, which a job of "
+            f"{world[1]} processes (WORLD_SIZE) over servers of at most {MAX_DEVICES} devices "
+            "needs", "launch with torchrun, accelerate launch, deepspeed or mpirun, which set "
+            "it (or LOCAL_SIZE), or set LOCAL_WORLD_SIZE yourself")
+    # Without a local size a single-node job is assumed, the common case on Gaudi.
     size = local_world[1] if local_world else world[1]
     return world[1], size, rank
 

@@ -51,8 +51,10 @@ def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
     return {
         preflight.RANK: environ.get("RANK", "0"),
         preflight.NODE: socket.gethostname(),
-        # torchrun and accelerate launch set GROUP_RANK (the node's rank); Ray sets NODE_RANK
-        preflight.NODE_RANK: environ.get("GROUP_RANK") or environ.get("NODE_RANK") or "0",
+        # the node's rank: GROUP_RANK from torchrun and accelerate launch, CROSS_RANK from
+        # DeepSpeed's launcher, NODE_RANK from Ray
+        preflight.NODE_RANK: environ.get("GROUP_RANK") or environ.get("CROSS_RANK")
+        or environ.get("NODE_RANK") or "0",
         preflight.LOCAL_RANK: environ.get("LOCAL_RANK", "0"),
         preflight.MODULE: module,
         preflight.MODULE_SET: "yes" if environ.get("HLS_MODULE_ID") else "no",

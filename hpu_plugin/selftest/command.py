@@ -29,8 +29,9 @@ from hpu_plugin.selftest.runner import Outcome, run_check
 
 PROBE_LIMIT = 180.0
 #: Set by a launcher in the shell the user runs from; each check sets its own.
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR",
-                      "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "HLS_MODULE_ID")
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LOCAL_SIZE",
+                      "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK", "ROLE_RANK", "CROSS_RANK",
+                      "HLS_MODULE_ID")
 
 
 def add_parser(sub: Any) -> None:

@@ -198,10 +198,27 @@ def test_launcher_values_out_of_range(args, variable):
         ({"WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}, (2, 2, 1)),
         ({"WORLD_SIZE": "4", "LOCAL_RANK": "0"}, (4, 4, 0)),
         ({"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}, (2, 2, 1)),
+        # DeepSpeed's launcher (deepspeed/launcher/launch.py) sets LOCAL_SIZE, not
+        # LOCAL_WORLD_SIZE: two servers of 8, and three servers of 2
+        ({"WORLD_SIZE": "16", "RANK": "11", "LOCAL_RANK": "3", "LOCAL_SIZE": "8"}, (16, 8, 3)),
+        ({"WORLD_SIZE": "6", "RANK": "5", "LOCAL_RANK": "1", "LOCAL_SIZE": "2"}, (6, 2, 1)),
     ],
 )
 def test_job_from_environ(environ, expected):
     assert job_from_environ(environ) == expected
+
+
+def test_a_multi_node_deepspeed_launch_passes_the_device_checks():
+    environ = {"WORLD_SIZE": "6", "RANK": "5", "LOCAL_RANK": "1", "LOCAL_SIZE": "2",
+               "HABANA_VISIBLE_MODULES": "2,3"}
+    placement = selection.check_job_from_environ(environ, SERVER)
+    assert placement is not None and placement.modules == (2, 3) and placement.module_id == 3
+
+
+def test_a_job_too_large_for_one_server_must_say_its_processes_per_server():
+    with pytest.raises(PlacementError, match="LOCAL_WORLD_SIZE is unset") as info:
+        job_from_environ({"WORLD_SIZE": "16", "LOCAL_RANK": "3"})
+    assert "(or LOCAL_SIZE)" in str(info.value) and "16 processes" in str(info.value)
 
 
 def test_job_from_environ_names_a_garbled_variable():

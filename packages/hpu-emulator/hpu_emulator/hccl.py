@@ -90,7 +90,10 @@ def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> 
 
     rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
     world = os.environ.get("WORLD_SIZE", "")
-    local = os.environ.get("LOCAL_WORLD_SIZE", "") or world
+    # torchrun's variable, DeepSpeed launcher's, Open MPI's; none: one server
+    local = next((os.environ[name] for name in (
+        "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE") if os.environ.get(name)),
+        world)
     if size > 1 and world == local == str(size):  # the whole job, on one server
         modules = _exchange_modules(
             dist_backend_opts.store, rank, size, str(dist_backend_opts.group_id)
