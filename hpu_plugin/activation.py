@@ -121,15 +121,16 @@ def _activate() -> None:
         emulate = False
 
     from hpu_plugin import emulator
-    from hpu_plugin.gaudi import tuning
+    from hpu_plugin.gaudi import environment, tuning
 
     def refused(by: str = "") -> bool:
         """A missing emulator or a bad setting stops activation here, before the work."""
         try:
             if emulate:
                 emulator.check_settings()
-            # the fast paths' settings are read deep inside train() and generate()
-            faults = tuning.faults(environ)
+            # the fast paths' settings are read deep inside train() and generate(); a bad
+            # Gaudi switch stops the Gaudi software (or the emulator) at its first read
+            faults = [*environment.faults(environ), *tuning.faults(environ)]
         except emulator.EmulatorError as exc:
             faults = [exc]
         if faults:

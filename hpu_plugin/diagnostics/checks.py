@@ -83,7 +83,7 @@ def check_variables(doctor: Doctor) -> list[Finding]:
     """Each Gaudi variable parses; ``HABANA_VISIBLE_DEVICES`` only warns (it is read at
     ``docker run``, not by the process)."""
     from hpu_plugin import machine
-    from hpu_plugin.gaudi import environment, tuning, visibility
+    from hpu_plugin.gaudi import environment, migration, tuning, visibility
 
     environ = doctor.environ
     parsers: list[tuple[str, Callable[[], object]]] = [
@@ -96,6 +96,7 @@ def check_variables(doctor: Doctor) -> list[Finding]:
             "PT_ENABLE_INT64_SUPPORT",
             lambda: environment.parse_int64_support(environ.get("PT_ENABLE_INT64_SUPPORT")),
         ),
+        (migration.VARIABLE, lambda: migration.requested(environ)),
     ]
     findings = []
     for name, parse in parsers:
@@ -323,7 +324,7 @@ def check_gpu_migration(doctor: Doctor) -> list[Finding]:
     from hpu_plugin.gaudi import migration
 
     state = migration.state(doctor.environ)
-    if state == "off":
+    if state in ("off", "invalid"):  # invalid: the environment check names the value
         return []
     name = migration.VARIABLE
     if state == "requested":

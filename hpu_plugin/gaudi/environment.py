@@ -94,19 +94,44 @@ def parse_lazy_mode(raw: str | None) -> bool:
     )
 
 
+#: How the bridge reads a flag its ``env_flags.yaml`` types ``bool`` (``parse_env_bool`` in
+#: ``synapse_helpers/env_flags.cpp``): these words in any case, nothing stripped; empty is
+#: unset; any other value stops the process ("couldn't be converted properly").
+BRIDGE_BOOL: Mapping[str, bool] = {"1": True, "true": True, "0": False, "false": False}
+
+
+def parse_bridge_bool(variable: str, raw: str | None, supported: str, fix: str) -> bool | None:
+    """One of the bridge's boolean flags, or ``None`` when unset. A value the bridge stops on
+    is refused here, so the program says so before it runs rather than on a Gaudi."""
+    if not raw:
+        return None
+    if raw.lower() in BRIDGE_BOOL:
+        return BRIDGE_BOOL[raw.lower()]
+    raise EnvironmentValueError(
+        variable, raw, supported, fix,
+        problem="the Gaudi software accepts only 1, true, 0 or false (any case) and stops "
+        "on any other value",
+    )
+
+
 def parse_int64_support(raw: str | None) -> bool | None:
     """``PT_ENABLE_INT64_SUPPORT``: True/False, or ``None`` when unset (the Gaudi default)."""
-    if raw is None:
-        return None
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise EnvironmentValueError(
-        INT64,
-        raw,
-        "'1' (int64 kept on the device) or '0' (int64 cast to int32)",
-        f"set {INT64}=1, which Transformers needs for int64 token ids",
-        problem="not a switch value",
-    )
+    return parse_bridge_bool(
+        INT64, raw, "'1' (int64 kept on the device) or '0' (int64 cast to int32)",
+        f"set {INT64}=1, which Transformers needs for int64 token ids")
+
+
+def faults(environ: Mapping[str, str]) -> list[GaudiConfigError]:
+    """The Gaudi switches the plugin reads that hold a value the Gaudi software would stop
+    on or misread; activation refuses them before anything runs."""
+    from hpu_plugin.gaudi import migration
+
+    found = []
+    for check in (lambda: parse_lazy_mode(environ.get(LAZY_MODE)),
+                  lambda: parse_int64_support(environ.get(INT64)),
+                  lambda: migration.requested(environ)):
+        try:
+            check()
+        except GaudiConfigError as exc:
+            found.append(exc)
+    return found

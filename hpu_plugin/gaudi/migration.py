@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 
-from hpu_plugin import settings
+from hpu_plugin.gaudi.environment import EnvironmentValueError, parse_bridge_bool
 
 #: The switch ``import habana_frameworks.torch`` reads (Gaudi docs, "Runtime Environment
 #: Variables": default off).
@@ -37,9 +37,11 @@ COMPILE = {"inductor": "hpu_backend"}
 
 
 def requested(environ: Mapping[str, str]) -> bool:
-    """Does this process ask for the toolkit through the environment (read as the bridge
-    reads its flags)?"""
-    return settings.gaudi_flag(environ.get(VARIABLE))
+    """Does this process ask for the toolkit through the environment? Read as the bridge
+    reads this flag of its own; a value it would stop on raises ``EnvironmentValueError``."""
+    return bool(parse_bridge_bool(
+        VARIABLE, environ.get(VARIABLE), "'1' (the toolkit loads) or '0'",
+        f"set {VARIABLE}=1 to run CUDA-written code through the toolkit, or unset it"))
 
 
 def loaded() -> bool:
@@ -62,7 +64,11 @@ def ddp_backend(requested_backend: str | None) -> str | None:
 
 def state(environ: Mapping[str, str]) -> str:
     """One word for diagnostics: ``loaded``, ``requested`` (the variable is on but the Gaudi
-    software was imported before it was set, so the toolkit did not load) or ``off``."""
+    software was imported before it was set, so the toolkit did not load), ``off``, or
+    ``invalid`` (a value the Gaudi software stops on; ``doctor`` says which)."""
     if loaded():
         return "loaded"
-    return "requested" if requested(environ) else "off"
+    try:
+        return "requested" if requested(environ) else "off"
+    except EnvironmentValueError:
+        return "invalid"

@@ -72,6 +72,20 @@ def test_int64_support(raw):
     assert value in (True, False, None)
 
 
+@pytest.mark.parametrize("raw, value", [
+    ("1", True), ("TRUE", True), ("0", False), ("false", False), ("", None), (None, None)])
+def test_int64_support_takes_the_bridges_words(raw, value):
+    assert environment.parse_int64_support(raw) is value
+
+
+@pytest.mark.parametrize("raw", ["yes", "on", "no", "off", " 1", "2"])
+def test_int64_support_refuses_what_the_bridge_stops_on(raw):
+    """synapse_helpers/env_flags.cpp ``parse_env_bool``: 1/true/0/false in any case, nothing
+    stripped, a fatal error for anything else."""
+    with pytest.raises(environment.EnvironmentValueError, match="accepts only 1, true, 0 or"):
+        environment.parse_int64_support(raw)
+
+
 env_names = st.sampled_from(
     [
         "HABANA_VISIBLE_MODULES",
@@ -108,7 +122,10 @@ def test_job_checks(environ, host):
         listed = selection.visibility.parse_visible_modules(environ["HABANA_VISIBLE_MODULES"])
         assert listed == (placement.module_id,)
     elif placement is not None and placement.distributed:
-        assert placement.module_id == placement.modules[placement.local_rank]
+        # hccl keeps a module id that is set; otherwise the local rank's entry
+        own = selection.visibility.parse_module_id(environ.get("HLS_MODULE_ID"))
+        expected = placement.modules[placement.local_rank] if own is None else own
+        assert placement.module_id == expected
         if placement.enforced and len(placement.modules) > 1:
             assert selection.is_supported_group(placement.modules)
 

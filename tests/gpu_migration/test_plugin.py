@@ -59,11 +59,23 @@ def test_the_selftest_runs_a_cuda_written_check_when_it_is_on(tmp_path):
     assert checks[0]["details"]["relative_error"] < 3e-2
 
 
-@pytest.mark.parametrize("raw, on", [("1", True), ("true", True), ("ON", True), ("0", False),
-                                     ("", False), (None, False), ("maybe", False)])
+@pytest.mark.parametrize("raw, on", [("1", True), ("true", True), ("TRUE", True), ("0", False),
+                                     ("False", False), ("", False), (None, False)])
 def test_the_variable_is_read_as_the_bridge_reads_its_flags(raw, on):
     environ = {} if raw is None else {migration.VARIABLE: raw}
     assert migration.requested(environ) is on
+
+
+@pytest.mark.parametrize("raw", ["yes", "on", "t", " 1", "enabled"])
+def test_a_value_the_bridge_stops_on_is_refused_at_import_torch(tmp_path, raw):
+    """The bridge reads this flag with ``parse_env_bool`` (synapse_helpers/env_flags.cpp),
+    which stops the process on anything but 1/true/0/false: refused before any work."""
+    done = run_cli("info", "--json", env=emulated_env(tmp_path, PT_HPU_GPU_MIGRATION=raw))
+    info = json.loads(done.stdout)
+    assert info["activation"]["status"] == "failed", info["activation"]
+    assert f"{migration.VARIABLE}={raw!r}" in info["activation"]["reason"]
+    assert "accepts only 1, true, 0 or false" in info["activation"]["reason"]
+    assert info["gpu_migration"] == "invalid"
 
 
 def test_what_a_group_runs_on_under_the_toolkit():

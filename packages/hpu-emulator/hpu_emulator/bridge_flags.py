@@ -16,7 +16,7 @@ import os
 import threading
 from typing import Any
 
-from hpu_plugin.settings import gaudi_flag
+from hpu_plugin.gaudi.environment import BRIDGE_BOOL
 
 #: name: (default, settable from Python); the default's type is the flag's type.
 FLAGS: dict[str, tuple[Any, bool]] = {
@@ -48,7 +48,12 @@ def read(name: str) -> Any:
     if raw is None:
         return default
     if isinstance(default, bool):
-        return gaudi_flag(raw)
+        if not raw:
+            return default
+        if raw.lower() not in BRIDGE_BOOL:  # the bridge stops the process here
+            raise RuntimeError(f'Environment variable "{name}"="{raw}" couldn\'t be converted '
+                               "properly")
+        return BRIDGE_BOOL[raw.lower()]
     if isinstance(default, int):
         return int(raw)
     return raw

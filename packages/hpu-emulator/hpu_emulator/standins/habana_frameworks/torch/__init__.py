@@ -23,7 +23,7 @@ from habana_frameworks.torch.distributed import hccl  # noqa: E402, F401
 
 __version__ = torch.__version__
 
-from hpu_plugin.gaudi import migration as _migration  # noqa: E402
+from hpu_emulator import bridge_flags as _flags  # noqa: E402
 
-if _migration.requested(os.environ):  # as the real package: the toolkit comes with it
+if _flags.read("PT_HPU_GPU_MIGRATION"):  # as the real package: the toolkit comes with it
     import habana_frameworks.torch.gpu_migration  # noqa: F401
