@@ -103,6 +103,19 @@ def install_state(registry: Registry, patches: Patches, module: types.ModuleType
     install_precision_check(registry, patches, getattr(module, "AcceleratorState", None))
 
 
+def _use_cpu() -> bool:
+    """``ACCELERATE_USE_CPU`` as Accelerate reads it (``y``, ``t``, ``on``... count). A value
+    Accelerate refuses counts as set, so Accelerate's own error is the one the user sees."""
+    try:
+        from accelerate.utils.environment import parse_flag_from_env
+    except ImportError:
+        return settings.gaudi_flag(os.environ.get("ACCELERATE_USE_CPU"))
+    try:
+        return bool(parse_flag_from_env("ACCELERATE_USE_CPU"))
+    except ValueError:
+        return True
+
+
 def install_precision_check(registry: Registry, patches: Patches, cls: Any) -> None:
     """fp16 on a first-generation Gaudi, which cannot compute in it, is refused as Accelerate
     sets up (``Accelerator(mixed_precision="fp16")``, the ``Trainer``'s ``fp16=True``,
@@ -118,7 +131,7 @@ def install_precision_check(registry: Registry, patches: Patches, cls: Any) -> N
                  **kwargs: Any) -> None:
         wanted = os.environ.get("ACCELERATE_MIXED_PRECISION", "no") if (
             mixed_precision is None) else mixed_precision
-        elsewhere = cpu or settings.is_on(os.environ.get("ACCELERATE_USE_CPU"))
+        elsewhere = cpu or _use_cpu()
         # set up already (Accelerate's own AcceleratorState() calls): its precision stands
         decided = "_mixed_precision" in getattr(cls, "_shared_state", {})
         if str(getattr(wanted, "value", wanted)).lower() == "fp16" and not (

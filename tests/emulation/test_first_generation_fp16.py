@@ -31,6 +31,15 @@ def bf16_after_fp16_launch():
     accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1))
     del os.environ["ACCELERATE_MIXED_PRECISION"]
 
+def cpu_by_environment(value):
+    # Accelerate reads ACCELERATE_USE_CPU with its str_to_bool: y, yes, t, true, on, 1
+    import os
+    os.environ["ACCELERATE_USE_CPU"] = value
+    try:
+        Accelerator(mixed_precision="fp16")
+    finally:
+        del os.environ["ACCELERATE_USE_CPU"]
+
 args = lambda **kw: TrainingArguments(output_dir="/tmp/hpu-plugin-test-fp16", report_to=[], **kw)
 print("RESULT" + json.dumps({
     "trainer_fp16": attempt(lambda: Trainer(model=model, args=args(fp16=True))),
@@ -38,6 +47,7 @@ print("RESULT" + json.dumps({
     "trainer_bf16": attempt(lambda: Trainer(model=model, args=args(bf16=True))),
     "cpu_fp16": attempt(lambda: Accelerator(mixed_precision="fp16", cpu=True)),
     "launcher_fp16_script_bf16": attempt(bf16_after_fp16_launch),
+    **{f"cpu_env_{v}": attempt(lambda: cpu_by_environment(v)) for v in ("true", "t", "Y")},
 }))
 """
 
@@ -50,3 +60,4 @@ def test_fp16_is_refused_on_the_first_generation_before_work(run):
         assert "first-generation Gaudi" in result[case] and "bf16=True" in result[case], result
     assert result["trainer_bf16"] == "ok" and result["cpu_fp16"] == "ok", result
     assert result["launcher_fp16_script_bf16"] == "ok", result
+    assert [result[f"cpu_env_{v}"] for v in ("true", "t", "Y")] == ["ok"] * 3, result
