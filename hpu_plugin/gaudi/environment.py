@@ -3,7 +3,9 @@ parsers of the Gaudi switches they concern."""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
@@ -30,17 +32,52 @@ RECIPE_CACHE_PATH = "PT_RECIPE_CACHE_PATH"
 RECIPE_CACHE_MB = 1024
 
 
-def recipe_cache_default(environ: Mapping[str, str]) -> str:
+def recipe_cache_default(environ: Mapping[str, str]) -> str | None:
     """The plugin's recipe cache: ``recipes`` under its cache directory
     (``HPU_PLUGIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/hpu_plugin``, else
-    ``~/.cache/hpu_plugin``), kept between runs, bounded to 1 GB."""
+    ``~/.cache/hpu_plugin``), kept between runs, bounded to 1 GB. ``None`` (said once) when
+    that path holds a ',': the Gaudi software splits the setting at commas and stops."""
     override = environ.get("HPU_PLUGIN_CACHE_DIR", "").strip()
     if override:
         root = Path(override).expanduser()
     else:
         base = environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(Path.home(), ".cache")
         root = Path(base).expanduser() / "hpu_plugin"
+    if "," in str(root):
+        logging.getLogger("hpu_plugin").warning(
+            "hpu_plugin: no recipe cache on disk: its directory %s holds a ',', which %s "
+            "cannot carry; set HPU_PLUGIN_CACHE_DIR to a path without one, or set %s "
+            "yourself", root / "recipes", RECIPE_CACHE, RECIPE_CACHE)
+        return None
     return f"{root / 'recipes'},false,{RECIPE_CACHE_MB}"
+
+
+def check_recipe_cache(raw: str | None) -> None:
+    """``PT_HPU_RECIPE_CACHE_CONFIG`` as the bridge splits it (``recipe_cache_config.cpp``):
+    up to three parts at each ',' (a directory, delete it at start, its size in MB), an empty
+    part left at its default. The bridge stops on anything else at its first compile, after
+    the program has started its work: refused here instead."""
+    if not raw:
+        return
+    parts = raw.split(",")
+    if len(parts) > 1 and parts[-1] == "":  # std::getline drops one trailing empty part
+        parts.pop()
+    accepted = "'<directory>[,<delete at start: true or false>[,<size in MB>]]'"
+    if len(parts) > 3:
+        raise EnvironmentValueError(
+            RECIPE_CACHE, raw, accepted, "use a directory without ',' in its path",
+            problem=f"the Gaudi software splits it at each ',' into {len(parts)} parts and "
+            "stops on more than 3")
+    if len(parts) > 1 and parts[1] and parts[1].lower() not in BRIDGE_BOOL:
+        raise EnvironmentValueError(
+            RECIPE_CACHE, raw, accepted, "write true or false as the second part",
+            problem=f"its second part {parts[1]!r} is not 1, true, 0 or false, and the Gaudi "
+            "software stops")
+    # the bridge's strtoul: decimal, or hexadecimal with or without 0x
+    if len(parts) > 2 and not re.fullmatch(r"(0x)?[0-9a-f]*", parts[2], re.IGNORECASE):
+        raise EnvironmentValueError(
+            RECIPE_CACHE, raw, accepted, "write the size as a number of MB, e.g. 1024",
+            problem=f"its size {parts[2]!r} is not a number, and the Gaudi software stops")
 
 
 _TRUE = settings.ON_WORDS
@@ -57,8 +94,10 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
     ``patching.this_process.environment``, which records it."""
     applied = {}
     wanted = dict(DEFAULTS)
-    if RECIPE_CACHE_PATH not in environ:
-        wanted[RECIPE_CACHE] = recipe_cache_default(environ)
+    if RECIPE_CACHE_PATH not in environ and RECIPE_CACHE not in environ:
+        default = recipe_cache_default(environ)
+        if default is not None:
+            wanted[RECIPE_CACHE] = default
     for name, value in wanted.items():
         if name not in environ:
             environ[name] = value
@@ -129,7 +168,8 @@ def faults(environ: Mapping[str, str]) -> list[GaudiConfigError]:
     found = []
     for check in (lambda: parse_lazy_mode(environ.get(LAZY_MODE)),
                   lambda: parse_int64_support(environ.get(INT64)),
-                  lambda: migration.requested(environ)):
+                  lambda: migration.requested(environ),
+                  lambda: check_recipe_cache(environ.get(RECIPE_CACHE))):
         try:
             check()
         except GaudiConfigError as exc:

@@ -65,3 +65,33 @@ def test_the_plugin_keeps_recipes_in_its_cache_unless_the_user_chose(run, tmp_pa
     default = result_of(processes.run([sys.executable, "-c", probe], env, 300).stdout)
     assert default == environment.recipe_cache_default(env), default
     assert default.endswith(os.path.join("", "recipes") + ",false,1024"), default
+
+
+@pytest.mark.e2e
+def test_a_cache_directory_with_a_comma_gets_no_recipe_cache_and_says_so(tmp_path: Path):
+    """The bridge splits the setting at each ',' and stops at the first compile on more than
+    three parts: with such a directory the plugin sets no recipe cache and says why."""
+    probe = ("import json, os, torch; f = torch.compile(lambda x: x * 2, backend='hpu_backend');"
+             "f(torch.ones(2, device='hpu')); print('RESULT' + json.dumps("
+             "os.environ.get('PT_HPU_RECIPE_CACHE_CONFIG')))")
+    env = processes.emulated(HF_HUB_OFFLINE="1", HPU_PLUGIN_CACHE_DIR=str(tmp_path / "a,b"))
+    del env["PT_HPU_RECIPE_CACHE_CONFIG"]
+    done = processes.run([sys.executable, "-c", probe], env, 300)
+    assert result_of(done.stdout) is None, done.stderr
+    assert "no recipe cache on disk" in done.stderr and "HPU_PLUGIN_CACHE_DIR" in done.stderr
+
+
+@pytest.mark.parametrize("value, told", [
+    ("/x,false,1024,extra", "into 4 parts"),
+    ("/x,yes", "second part 'yes'"),
+    ("/x,true,lots", "size 'lots'"),
+])
+def test_a_recipe_cache_setting_the_bridge_stops_on_is_refused(value, told):
+    with pytest.raises(environment.EnvironmentValueError, match=told) as info:
+        environment.check_recipe_cache(value)
+    assert str(info.value).startswith(f"PT_HPU_RECIPE_CACHE_CONFIG={value!r}")
+
+
+@pytest.mark.parametrize("value", ["/x", "/x,", "/x,true", "/x,,2048", "/x,FALSE,0x400", ""])
+def test_recipe_cache_settings_the_bridge_takes_pass(value):
+    environment.check_recipe_cache(value)
