@@ -19,9 +19,10 @@ NO_GAUDI = "no Gaudi software and no emulation requested"
 def autoload() -> None:
     """Entry point of the ``torch.backends`` group; idempotent; never raises.
 
-    The common case, no switch set and no ``habana_frameworks`` to be found, is answered
-    with two environment look-ups and one ``find_spec``. Anything else, a broken finder on
-    ``sys.meta_path`` included, goes to ``activation.autoload``, which reports what it finds.
+    The common case, no ``HPU_PLUGIN_*`` variable set and no ``habana_frameworks`` to be
+    found, is answered with one pass over the environment's names and one ``find_spec``.
+    Anything else, a broken finder on ``sys.meta_path`` included, goes to
+    ``activation.autoload``, which reports what it finds.
     """
     if state["status"] != "off":
         return
@@ -30,8 +31,7 @@ def autoload() -> None:
         import os
 
         if (
-            not os.environ.get("HPU_PLUGIN_DISABLE")
-            and not (os.environ.get("HPU_PLUGIN_EMULATE") or "").strip()
+            not any(name.startswith("HPU_PLUGIN_") for name in os.environ)  # a misspelt one?
             and importlib.util.find_spec("habana_frameworks") is None
         ):
             state.update(status="skipped", reason=NO_GAUDI)

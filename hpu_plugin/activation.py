@@ -106,6 +106,13 @@ def _activate() -> None:
     if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
+    from hpu_plugin.gaudi import tuning
+
+    typos = settings.misspelt(environ, (*settings.VARIABLES, *tuning.names()), tuning.FAMILIES)
+    if typos:  # even where the plugin would be off: HPU_PLUGIN_EMULAT=1 meant it on
+        state.update(status="failed", reason="; ".join(map(str, typos)))
+        log.error("hpu_plugin: %s", state["reason"])
+        return
     emulate = settings.emulation_requested(environ)
     real = real_gaudi_installed()
     if not emulate and not real:
@@ -121,7 +128,7 @@ def _activate() -> None:
         emulate = False
 
     from hpu_plugin import emulator
-    from hpu_plugin.gaudi import environment, tuning
+    from hpu_plugin.gaudi import environment
 
     def refused(by: str = "") -> bool:
         """A missing emulator or a bad setting stops activation here, before the work."""

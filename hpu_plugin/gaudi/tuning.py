@@ -178,6 +178,10 @@ def names() -> tuple[str, ...]:
             FP8_STATS)
 
 
+#: The prefixes whose every ``<prefix>_...`` variable is one of :func:`names` or misspelt.
+FAMILIES = (FAST, BUCKETS, FP8)
+
+
 def unknown_names(environ: Mapping[str, str]) -> list[SettingError]:
     """Variables named like these settings that none of them is (``HPU_PLUGIN_FAST_FUSED_
     OPTIMIZER``): a misspelt switch would otherwise be ignored, and the fast path it was
@@ -185,7 +189,7 @@ def unknown_names(environ: Mapping[str, str]) -> list[SettingError]:
     known = names()
     found = []
     for variable in sorted(environ):
-        family = next((f for f in (FAST, BUCKETS, FP8) if variable.startswith(f"{f}_")), None)
+        family = next((f for f in FAMILIES if variable.startswith(f"{f}_")), None)
         if family is None or variable in known:
             continue
         siblings = [name for name in known if name.startswith(f"{family}_")]
