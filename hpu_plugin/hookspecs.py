@@ -154,7 +154,17 @@ def hpu_compile_backend(requested: CompileBackend | None) -> CompileBackend | No
     """
 
 
-@answers(_of(str))
+def _ddp_backend_problem(value: object, call: Mapping[str, Any]) -> str | None:
+    """A backend name as torch reads it: the hosts compare it with ``'hccl'`` as written."""
+    if not isinstance(value, str):
+        return _not_allowed("str")
+    if not value or value != value.strip().lower():
+        return (f"it named the backend {value!r}: a backend is a lower-case name as torch "
+                "reads it, such as 'hccl' or 'gloo'")
+    return None
+
+
+@answers(_ddp_backend_problem)
 @hookspec(firstresult=True)
 def hpu_ddp_backend(requested: str | None) -> str | None:
     """Choose the collective backend of a distributed job on Gaudi.
@@ -181,19 +191,22 @@ def hpu_job_facts(environ: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def _device_map_problem(value: object, call: Mapping[str, Any]) -> str | None:
-    """A device map must place modules on an HPU, the CPU or disk."""
+    """A device map must place modules on this process's HPU (index 0), the CPU or disk."""
     if not isinstance(value, str | dict) or (isinstance(value, dict) and not all(
             isinstance(key, str) for key in value)):
         return _not_allowed("str or dict[str, Any]")
     if value in ("auto", "balanced", "balanced_low_0", "sequential"):
         return None
     for key, where in value.items() if isinstance(value, dict) else [("", value)]:
-        if isinstance(where, int) and not isinstance(where, bool) and where >= 0:
-            continue
+        index = where if isinstance(where, int) and not isinstance(where, bool) else None
         match = re.fullmatch(r"([a-z_]+)(?::([0-9]+))?", str(where), re.ASCII)
-        if match is None or match.group(1) not in {"hpu", "cpu", "disk", "meta"}:
+        if index is None and (match is None or match.group(1) not in {"hpu", "cpu", "disk"}):
             return (f"its device map places {key or 'the model'!r} on {where!r}, which is "
                     "not an hpu, cpu or disk device")
+        if index not in (None, 0) or (match and match.group(1) == "hpu" and match.group(2)
+                                      not in (None, "0")):
+            return (f"its device map places {key or 'the model'!r} on {where!r}: a Gaudi "
+                    "process drives one device, hpu:0 (0)")
     return None
 
 

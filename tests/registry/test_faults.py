@@ -115,6 +115,28 @@ def test_wrong_type_is_reported_once_and_falls_through(site, caplog, hook, call,
     assert "typo-dist 1.2" in report and "does not allow" in report
 
 
+@pytest.mark.parametrize("call, bad, told", [
+    ("ddp", "''", "a backend is a lower-case name"),
+    ("ddp", "'HCCL'", "a backend is a lower-case name"),  # would skip the hccl checks
+    ("quant", "{'': 'hpu:3'}", "one device, hpu:0"),
+    ("quant", "{'model': 1, 'lm_head': 'cpu'}", "one device, hpu:0"),
+    ("quant", "{'': 'meta'}", "not an hpu, cpu or disk device"),
+])
+def test_a_value_no_host_can_use_is_reported_and_falls_through(site, caplog, call, bad, told):
+    """The right type, but a value that fails later in torch or the bridge, far from the
+    plugin that chose it (torch's 'Unknown backend type', 'habana active device: 3 != 0')."""
+    hook = {"ddp": "hpu_ddp_backend(requested)",
+            "quant": "hpu_quantization_device_map(method, bits, device_map)"}[call]
+    site.add("odd", HEADER + f"@hookimpl(tryfirst=True)\ndef {hook}:\n    return {bad}\n")
+    registry = _registry(site.entry_points())
+    if call == "ddp":
+        assert registry.ddp_backend(None) == "hccl"
+    else:
+        assert registry.quantization_device_map("gptq", 4, None) is None
+    [report] = _reports(caplog, "odd")
+    assert told in report
+
+
 def test_compile_backend_may_be_a_callable(site):
     site.add("fn", HEADER + """
 def my_backend(gm, example_inputs):
