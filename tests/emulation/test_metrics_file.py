@@ -55,6 +55,14 @@ def test_an_unknown_format_or_trigger_is_refused_with_the_fix(run, tmp_path: Pat
     assert not (tmp_path / "m.json").exists()
 
 
+def test_the_user_trigger_is_one_the_bridge_knows(run, tmp_path: Path):
+    """hpu/metrics/saver.py: ``MetricDumpTrigger`` has ``user`` beside the three others."""
+    done = run("import torch; print('available', torch.hpu.is_available())",
+               {"PT_HPU_METRICS_FILE": str(tmp_path / "m.json"),
+                "PT_HPU_METRICS_DUMP_TRIGGERS": "process_exit,user"})
+    assert "available True" in done.stdout, done.stderr
+
+
 @pytest.mark.parametrize(("name", "expected"), [
     ("m.json", "m-rank3.json"), ("/a/b.c/m.txt", "/a/b.c/m-rank3.txt"),
     ("/home/u/my.project/metrics", "/home/u/my.project/metrics-rank3"),

@@ -127,7 +127,7 @@ def check_launcher_variables(environ: Mapping[str, str]) -> None:
 
 #: The bridge's metrics file formats and dump triggers (``hpu/metrics/saver.py``).
 METRICS_FORMATS = ("json", "text")
-METRICS_TRIGGERS = ("process_exit", "mark_step", "metric_change")
+METRICS_TRIGGERS = ("process_exit", "mark_step", "metric_change", "user")
 
 
 def metrics_variable(environ: Mapping[str, str], name: str) -> str | None:
