@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import numbers
 import sys
 import types
 from collections.abc import Callable
@@ -370,8 +371,9 @@ def other_device(value: Any) -> str | None:
     other than 0 (``"hpu:1"``, ``torch.device("hpu", 1)``, or an int, an accelerator index),
     as text; None where there is none."""
     for item in value.values() if isinstance(value, dict) else (value,):
-        if isinstance(item, int) and not isinstance(item, bool) and item > 0:
-            return repr(item)
+        # any integer type (numpy's from an index array too), as torch takes them
+        if isinstance(item, numbers.Integral) and not isinstance(item, bool) and item > 0:
+            return repr(int(item))
         text = str(item) if type(item).__name__ == "device" else item
         if isinstance(text, str) and text.startswith("hpu:") and text[4:].isdigit() and int(
                 text[4:]) > 0:

@@ -66,11 +66,13 @@ def test_pipeline_without_device_runs_on_hpu(tmp_path, tiny_model):
 
         on_cpu = pipeline("text-generation", model={str(tiny_model)!r}, device="cpu")
         print("cpu_device=", on_cpu.device)
-        for device in (1, "hpu:1"):  # another Gaudi than the process's: refused, with the fix
+        import numpy
+        # another Gaudi than the process's, also as numpy's integer: refused, with the fix
+        for device in (1, "hpu:1", numpy.int64(1)):
             try:
                 pipeline("text-generation", model={str(tiny_model)!r}, device=device)
             except ValueError as exc:
-                print(f"refused_{{device}}=", "Fix: give every rank device='hpu'" in str(exc))
+                print(f"refused_{{device!r}}=", "Fix: give every rank device='hpu'" in str(exc))
         """,
         emulated_env(tmp_path, devices=2),
     ).lines()
@@ -78,7 +80,7 @@ def test_pipeline_without_device_runs_on_hpu(tmp_path, tiny_model):
     assert out["model_device"] == "hpu"
     assert out["text"] == "True"
     assert out["cpu_device"] == "cpu"
-    assert out["refused_1"] == out["refused_hpu:1"] == "True"
+    assert out["refused_1"] == out["refused_'hpu:1'"] == out["refused_np.int64(1)"] == "True"
 
 
 TRAIN = """
