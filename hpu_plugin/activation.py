@@ -108,7 +108,7 @@ def _activate() -> None:
         return
     from hpu_plugin.gaudi import tuning
 
-    typos = settings.misspelt(environ, (*settings.VARIABLES, *tuning.names()), tuning.FAMILIES)
+    typos = tuning.misspelt(environ)
     if typos:  # even where the plugin would be off: HPU_PLUGIN_EMULAT=1 meant it on
         state.update(status="failed", reason="; ".join(map(str, typos)))
         log.error("hpu_plugin: %s", state["reason"])

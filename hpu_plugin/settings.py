@@ -123,37 +123,3 @@ def _range_text(what: str, minimum: int | None, maximum: int | None) -> str:
         return f"{what} of at most {maximum}"
     return what
 
-
-#: Every ``HPU_PLUGIN_*`` variable hpu-plugin and its emulator read, but the fast paths',
-#: buckets' and fp8's (``gaudi.tuning.names()``); ``tests/test_house.py`` keeps it whole.
-VARIABLES: tuple[str, ...] = (
-    "HPU_PLUGIN_DISABLE", "HPU_PLUGIN_ONLY", "HPU_PLUGIN_NO_THIRD_PARTY", "HPU_PLUGIN_TRACE",
-    "HPU_PLUGIN_IMPORT_BUDGET", "HPU_PLUGIN_EMULATE", "HPU_PLUGIN_EMULATE_DEVICES",
-    "HPU_PLUGIN_EMULATE_MODULES", "HPU_PLUGIN_EMULATE_MEMORY", "HPU_PLUGIN_CACHE_DIR",
-    "HPU_PLUGIN_HLSMI_TIMEOUT", "HPU_PLUGIN_PREFLIGHT_TIMEOUT", "HPU_PLUGIN_BUILD_LOCK_TIMEOUT",
-    "HPU_PLUGIN_SELFTEST_FAULT",
-)
-
-
-def misspelt(environ: Mapping[str, str], known: tuple[str, ...],
-             families: tuple[str, ...] = ()) -> list[SettingError]:
-    """``HPU_PLUGIN_*`` variables that are none of ``known`` but nearly one
-    (``HPU_PLUGIN_DISABLED``, ``HPU_PLUGIN_EMULATE_DEVICE``): each would be ignored, and the
-    setting its writer meant would not apply. A name far from every known one is left alone
-    (it may be another tool's); names in ``families`` (prefixes) are checked by their own
-    module."""
-    found = []
-    for name in sorted(environ):
-        if (not name.startswith("HPU_PLUGIN_") or name in known
-                or any(name.startswith(f"{family}_") for family in families)):
-            continue
-        import difflib
-
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
-        if close:
-            fix = f"rename it {close[0]}, or unset {name}"
-            found.append(SettingError(
-                name, environ[name], f"the variables hpu-plugin reads, e.g. {close[0]}", fix,
-                message=f"{name} is no setting of hpu-plugin (did you mean {close[0]}?); "
-                f"fix: {fix}"))
-    return found

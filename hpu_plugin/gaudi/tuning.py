@@ -204,6 +204,38 @@ def unknown_names(environ: Mapping[str, str]) -> list[SettingError]:
     return found
 
 
+#: Every other ``HPU_PLUGIN_*`` variable hpu-plugin and its emulator read (switches, the
+#: emulator, timeouts); ``tests/faults/test_misspelt_settings.py`` keeps it whole.
+OTHER_VARIABLES: tuple[str, ...] = (
+    "HPU_PLUGIN_DISABLE", "HPU_PLUGIN_ONLY", "HPU_PLUGIN_NO_THIRD_PARTY", "HPU_PLUGIN_TRACE",
+    "HPU_PLUGIN_IMPORT_BUDGET", "HPU_PLUGIN_EMULATE", "HPU_PLUGIN_EMULATE_DEVICES",
+    "HPU_PLUGIN_EMULATE_MODULES", "HPU_PLUGIN_EMULATE_MEMORY", "HPU_PLUGIN_CACHE_DIR",
+    "HPU_PLUGIN_HLSMI_TIMEOUT", "HPU_PLUGIN_PREFLIGHT_TIMEOUT", "HPU_PLUGIN_BUILD_LOCK_TIMEOUT",
+    "HPU_PLUGIN_SELFTEST_FAULT",
+)
+
+
+def misspelt(environ: Mapping[str, str]) -> list[SettingError]:
+    """``HPU_PLUGIN_*`` variables that are no setting of hpu-plugin but nearly one
+    (``HPU_PLUGIN_DISABLED``, ``HPU_PLUGIN_EMULATE_DEVICE``): each would be ignored, and the
+    setting its writer meant would not apply. A name far from every known one is left alone
+    (it may be another tool's); the families' names are :func:`unknown_names`'s."""
+    known = (*OTHER_VARIABLES, *names())
+    found = []
+    for name in sorted(environ):
+        if (not name.startswith("HPU_PLUGIN_") or name in known
+                or any(name.startswith(f"{family}_") for family in FAMILIES)):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            fix = f"rename it {close[0]}, or unset {name}"
+            found.append(SettingError(
+                name, environ[name], f"the variables hpu-plugin reads, e.g. {close[0]}", fix,
+                message=f"{name} is no setting of hpu-plugin (did you mean {close[0]}?); "
+                f"fix: {fix}"))
+    return found
+
+
 def faults(environ: Mapping[str, str]) -> list[SettingError]:
     """Every one of these settings that holds a value no parser above accepts, and every
     variable named like one that none is, in a fixed order; empty when all are usable."""
