@@ -221,6 +221,20 @@ def test_each_random_op_seeds_its_kernel_with_one_draw_of_the_generator(run):
                  "another_stream": True, "one_draw_an_op": True, "repeats": True}, r
 
 
+def test_unseeded_the_generator_starts_from_the_processes_own_seed(run):
+    """backend/random.cpp ``createHPUGenerator``: the HPU generator is made at first use with
+    the CPU default generator's seed, which torch draws afresh in every process; so unseeded
+    runs (and the ranks of a job) draw different dropout masks, as on a Gaudi."""
+    code = """
+        import json, torch
+        print("RESULT" + json.dumps([torch.hpu.initial_seed(), torch.initial_seed(),
+                                     torch.rand(4, device="hpu").cpu().tolist()]))
+        """
+    first, second = (result_of(run(code).stdout) for _ in range(2))
+    assert first[0] == first[1] and second[0] == second[1], (first, second)
+    assert first[0] != second[0] and first[2] != second[2], (first, second)
+
+
 def test_a_lazy_index_copy_reads_its_source_before_writing(run):
     """A KV cache updated from its own rows: the bridge's lazy graph reads the source before
     it writes (its lazy pass ``replace_inplace_ops`` makes the write a copy of an out-of-place

@@ -470,10 +470,13 @@ std::once_flag g_generators_once;
 std::vector<at::Generator> g_default_generators;
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
+  // As the bridge's createHPUGenerator (backend/random.cpp): seeded from the CPU default
+  // generator's seed at first use, which torch draws afresh in each process.
   std::call_once(g_generators_once, [] {
+    const uint64_t seed = at::detail::getDefaultCPUGenerator().current_seed();
     for (int i = 0; i < kMaxDevices; ++i) {
       g_default_generators.push_back(
-          at::make_generator<HPUGeneratorImpl>(static_cast<c10::DeviceIndex>(i)));
+          at::make_generator<HPUGeneratorImpl>(static_cast<c10::DeviceIndex>(i), seed));
     }
   });
   if (index < 0) {
