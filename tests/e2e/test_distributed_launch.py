@@ -204,3 +204,35 @@ def test_a_device_map_of_another_gaudi_is_refused_with_the_fix(tmp_path):
     assert "rank=1 refused: device_map={'': 1} names the device 1" in out
     assert "Fix: give every rank device_map='hpu'" in out
     assert "rank=0 fixed device=hpu:0" in out and "rank=1 fixed device=hpu:0" in out
+
+
+CPU_JOB = """
+import sys, torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+accelerator = Accelerator(cpu=True)
+set_seed(0)  # asks Accelerate's is_hpu_available, which imports the Gaudi software
+total = accelerator.reduce(torch.ones(1) * (accelerator.process_index + 1), "sum")
+print(f"rank={accelerator.process_index} device={accelerator.device} total={float(total)}",
+      flush=True)
+if accelerator.process_index == 1 and "--use-hpu" in sys.argv:
+    torch.ones(1, device="hpu")
+"""
+
+
+def test_a_cpu_job_with_more_processes_than_gaudis_runs(tmp_path):
+    """Importing the Gaudi software takes no device (the bridge's hccl import only names a
+    module): 2 CPU processes on a 1-Gaudi server run; the rank that then takes a device it
+    does not have is told so, naming the local rank."""
+    script = tmp_path / "cpu_job.py"
+    script.write_text(CPU_JOB)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "2", str(script)]
+    result = run("", emulated_env(tmp_path, devices=1), argv=argv, cwd=tmp_path)
+    assert "rank=0 device=cpu:0 total=3.0" in result.stdout, result.stdout + result.stderr
+    assert "rank=1 device=cpu:0 total=3.0" in result.stdout  # as Accelerate has it on a CPU
+    used = run("", emulated_env(tmp_path, devices=1), argv=[*argv, "--use-hpu"], cwd=tmp_path,
+               check=False)
+    assert used.returncode != 0
+    assert "LOCAL_RANK=1 exceeds the 1 visible Gaudi device(s)" in used.stderr, used.stderr[-3000:]

@@ -18,6 +18,12 @@ def read(**env: str) -> config.EmulatorConfig:
     return config.read(env)
 
 
+def acquired(**env: str) -> int:
+    """The module a process takes at its first device use, with this environment."""
+    env.setdefault("HPU_PLUGIN_EMULATE", "1")
+    return config.acquired_module(env, list(config.read(env).visible_modules))
+
+
 @pytest.mark.parametrize(
     ("env", "variable", "accepted"),
     [
@@ -48,11 +54,6 @@ def read(**env: str) -> config.EmulatorConfig:
         ({"HABANA_VISIBLE_DEVICES": "0,x"}, "HABANA_VISIBLE_DEVICES='0,x'", "device indices"),
         ({"PT_HPU_LAZY_MODE": "false"}, "PT_HPU_LAZY_MODE='false'", "'0' (eager"),
         ({"PT_ENABLE_INT64_SUPPORT": "maybe"}, "PT_ENABLE_INT64_SUPPORT='maybe'", "'1'"),
-        (
-            {"HABANA_VISIBLE_MODULES": "2,3", "LOCAL_RANK": "2"},
-            "LOCAL_RANK=2",
-            "one module id per local process",
-        ),
     ],
 )
 def test_bad_values_name_the_variable_and_the_accepted_values(env, variable, accepted):
@@ -78,7 +79,7 @@ def test_default_server_is_an_eight_device_hls():
     cfg = read()
     assert cfg.server_modules == tuple(range(8))
     assert cfg.device_count == 8
-    assert cfg.module_id == 0
+    assert acquired() == 0
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,7 @@ def test_visible_modules_restrict_and_order_the_devices():
     assert cfg.device_count == 2
     assert cfg.visible_modules == (7, 5)
     assert cfg.visible_indices == (2, 0)
-    assert cfg.module_id == 7  # the first visible one
+    assert acquired(HPU_PLUGIN_EMULATE_MODULES="5,4,7,6", HABANA_VISIBLE_MODULES="7,5") == 7
 
 
 def test_visible_devices_are_indices_and_modules_select_among_them():
@@ -106,10 +107,22 @@ def test_visible_devices_are_indices_and_modules_select_among_them():
 
 
 def test_acquired_module_follows_the_real_precedence():
-    assert read(HLS_MODULE_ID="3").module_id == 3
-    assert read(HABANA_VISIBLE_MODULES="4,5,6,7", LOCAL_RANK="2").module_id == 6
-    assert read(HABANA_VISIBLE_MODULES="4,5,6,7", LOCAL_RANK="2", HLS_MODULE_ID="5").module_id == 5
-    assert read(LOCAL_RANK="1").module_id == 1
+    assert acquired(HLS_MODULE_ID="3") == 3
+    assert acquired(HABANA_VISIBLE_MODULES="4,5,6,7", LOCAL_RANK="2") == 6
+    assert acquired(HABANA_VISIBLE_MODULES="4,5,6,7", LOCAL_RANK="2", HLS_MODULE_ID="5") == 5
+    assert acquired(LOCAL_RANK="1") == 1
+
+
+def test_a_local_rank_beyond_the_devices_fails_at_acquisition_not_at_start():
+    """Importing the Gaudi software takes no device (the hccl import only sets
+    HLS_MODULE_ID): a CPU-only job with more processes than Gaudis starts on every rank."""
+    cfg = read(HPU_PLUGIN_EMULATE_DEVICES="1", LOCAL_RANK="1")
+    assert cfg.device_count == 1
+    with pytest.raises(EmulationError, match="LOCAL_RANK=1 exceeds the 1 visible"):
+        acquired(HPU_PLUGIN_EMULATE_DEVICES="1", LOCAL_RANK="1")
+    read(HABANA_VISIBLE_MODULES="2,3", LOCAL_RANK="2")
+    with pytest.raises(EmulationError, match="LOCAL_RANK=2 has no entry in HABANA_VISIBLE_"):
+        acquired(HABANA_VISIBLE_MODULES="2,3", LOCAL_RANK="2")
 
 
 def test_int64_and_fp16_support_follow_mode_and_generation():

@@ -54,8 +54,9 @@ def test_the_import_maps_ranks_as_the_bridge_does(run, env, expected):
 
 
 @pytest.mark.parametrize(("env", "named"), [
+    # the bridge asserts this one at import; a local rank beyond the server's modules with
+    # no list fails only when the process takes its device (test_distributed_launch.py)
     ({"LOCAL_RANK": "3", "HABANA_VISIBLE_MODULES": "0,1"}, "HABANA_VISIBLE_MODULES"),
-    ({"LOCAL_RANK": "1000"}, "8 Gaudi modules"),
 ])
 def test_a_local_rank_beyond_the_modules_is_refused_at_import(run, env, named):
     done = run(SHOW.format(call="returned = None"), {"WORLD_SIZE": "2", "RANK": "1", **env},

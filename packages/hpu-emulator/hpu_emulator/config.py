@@ -40,7 +40,6 @@ class EmulatorConfig:
     device_name: str  # GAUDI | GAUDI2 | GAUDI3
     server_modules: tuple[int, ...]  # module id of each server device, in index order
     visible_indices: tuple[int, ...]  # server indices this process sees, in its order
-    module_id: int  # the module this process acquires
     memory: int  # bytes per device
     int64_supported: bool
     fp16_supported: bool
@@ -248,16 +247,13 @@ def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
             )
         )
         visible = [modules.index(m) for m in wanted]
-    visible_modules = [modules[i] for i in visible]
-
-    module_id = acquired_module(environ, visible_modules)
+    chosen_module(environ, [modules[i] for i in visible])
     generation = srv.gaudi
     return EmulatorConfig(
         generation=srv.generation,
         device_name=generation.name,
         server_modules=tuple(modules),
         visible_indices=tuple(visible),
-        module_id=module_id,
         memory=srv.memory,
         int64_supported=_gaudi_rule(lambda: int64_on_device(generation, environ)),
         fp16_supported=generation.fp16,
@@ -265,8 +261,9 @@ def read(environ: Mapping[str, str] = os.environ) -> EmulatorConfig:
     )
 
 
-def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
-    """The one module a process acquires, chosen as the real stack chooses it."""
+def chosen_module(environ: Mapping[str, str], visible_modules: list[int]) -> int | None:
+    """The module ``HLS_MODULE_ID`` chooses, or None; a value that names no visible module
+    is refused when the emulator starts, as the plugin refuses it."""
     accepted = ",".join(map(str, visible_modules))
     raw = environ.get(visibility.MODULE_ID)
     own = _gaudi_rule(lambda: visibility.parse_module_id(raw))
@@ -283,7 +280,17 @@ def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> i
                     )
                 )
             )
+    return own
+
+
+def acquired_module(environ: Mapping[str, str], visible_modules: list[int]) -> int:
+    """The one module a process acquires at its first device use, chosen as the real stack
+    chooses it; a process that never uses the device never asks, so a local rank beyond the
+    devices (a CPU-only job) is refused only here."""
+    own = chosen_module(environ, visible_modules)
+    if own is not None:
         return own
+    accepted = ",".join(map(str, visible_modules))
     local_rank = environ.get("LOCAL_RANK", "").strip()
     if local_rank and re.fullmatch(r"[0-9]{1,3}", local_rank, re.ASCII):
         rank = int(local_rank)
