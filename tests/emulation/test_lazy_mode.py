@@ -98,3 +98,31 @@ def test_lazy_ops_take_cpu_tensors_as_inputs_as_the_bridges_and_eager_ops_refuse
     assert "REFUSED ['cat', 'add_ into cpu']" in lazy, lazy
     eager = run(script).stdout
     assert "REFUSED ['eq', 'add', 'index_copy_', 'cat', 'add_ into cpu']" in eager, eager
+
+
+def test_a_lazy_checkpoint_holds_cpu_tensors_and_loads_without_gaudi(run, tmp_path):
+    """The bridge's lazy mode wraps ``torch.save`` (core/torch_overwrites.py): HPU tensors are
+    written as CPU tensors, so a checkpoint saved by a lazy Gaudi job (an optimizer state,
+    Accelerate's ``save_state``) loads where there is no Gaudi; ``torch.load`` reads onto the
+    CPU and moves what it read to ``map_location``."""
+    path = tmp_path / "state.pt"
+    saved = run(f"""
+        import json, torch
+        model = torch.nn.Linear(4, 2).to("hpu")
+        opt = torch.optim.AdamW(model.parameters())
+        model(torch.ones(3, 4, device="hpu")).sum().backward()
+        opt.step()
+        torch.save({{"model": model.state_dict(), "opt": opt.state_dict(),
+                    "shape": torch.Size([2])}}, {str(path)!r})
+        back = torch.load({str(path)!r})
+        moved = torch.load({str(path)!r}, map_location="hpu")
+        print("RESULT" + json.dumps([back["model"]["weight"].device.type,
+                                     moved["opt"]["state"][0]["exp_avg"].device.type]))
+        """, LAZY)
+    assert saved.stdout.split("RESULT")[1].strip() == '["cpu", "hpu"]', saved.stderr
+    elsewhere = run(f"""
+        import torch
+        state = torch.load({str(path)!r})
+        print("RESULT", state["model"]["weight"].device, state["shape"])
+        """, emulate=None)
+    assert "RESULT cpu torch.Size([2])" in elsewhere.stdout, elsewhere.stderr

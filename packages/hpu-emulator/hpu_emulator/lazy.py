@@ -49,8 +49,68 @@ def start() -> None:
     if is_lazy():
         runtime.extension().lazy_trace(True)
         runtime.extension().lazy_mode(True)
+        _wrap_save_and_load()
     else:
         runtime.extension().eager_recipes(True)
+
+
+def _on_cpu(obj: Any) -> Any:
+    """What the bridge's lazy ``torch.save`` writes: every tensor in nested dicts, lists and
+    tuples as a CPU copy (dict subclasses become dicts, as there); anything else as it is."""
+    import torch
+
+    if isinstance(obj, torch.Size):
+        return obj
+    if isinstance(obj, dict):
+        return {key: _on_cpu(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_on_cpu(item) for item in obj]
+    if isinstance(obj, tuple):
+        return tuple(_on_cpu(item) for item in obj)
+    return obj.data.detach().clone().cpu() if isinstance(obj, torch.Tensor) else obj
+
+
+def _to(obj: Any, where: Any) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return where(obj, obj.device) if callable(where) else obj.to(where)
+    if isinstance(obj, dict):
+        return {key: _to(value, where) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [_to(item, where) for item in obj]
+    if isinstance(obj, tuple):
+        return tuple(_to(item, where) for item in obj)
+    return obj
+
+
+def _wrap_save_and_load() -> None:
+    """As the bridge in lazy mode (``core/torch_overwrites.py``): ``torch.save`` writes HPU
+    tensors as CPU tensors; ``torch.load`` reads onto the CPU, then moves what it read to
+    ``map_location`` (left on the CPU when none is given). The bridge also makes pickle
+    protocol 4 the default, which torch's ``weights_only`` loader cannot read outside a Gaudi
+    process (pytorch#118092); the emulator keeps torch's protocol (its README says so)."""
+    import functools
+
+    import torch
+
+    from hpu_plugin.patching import ours
+
+    save, load = torch.save, torch.load
+
+    @functools.wraps(save)
+    def lazy_save(obj: object, f: Any, *args: Any, **kwargs: Any) -> None:
+        save(_on_cpu(obj), f, *args, **kwargs)
+
+    @functools.wraps(load)
+    def lazy_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        obj = load(f, *args, map_location="cpu", **kwargs)
+        where = map_location.get("cpu", "cpu") if isinstance(map_location, dict) else (
+            map_location or "cpu")
+        return obj if where == "cpu" else _to(obj, where)
+
+    runtime.patches.set(torch, "save", ours(lazy_save))
+    runtime.patches.set(torch, "load", ours(lazy_load))
 
 
 class LazyModeRequired(RuntimeError):
