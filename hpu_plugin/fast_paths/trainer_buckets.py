@@ -77,11 +77,39 @@ def _user_choice(collator: Any) -> str | None:
     return None
 
 
+#: Model heads whose loss reads only the positions a label names, so that right padding with
+#: labels of -100 leaves the loss as it was. Others read every position (question answering:
+#: the softmax over positions, and its "no answer" index is the length) or the last one
+#: (sequence classification without a pad token), so their batches keep their lengths.
+PADDABLE_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForMaskedLM",
+                  "ForTokenClassification")
+
+
+def _head(model: Any) -> str:
+    """The class name of the Transformers model under a compiled module or a PEFT wrapper."""
+    for _ in range(4):
+        inner = getattr(model, "_orig_mod", None)
+        if inner is None and callable(getattr(model, "get_base_model", None)):
+            inner = model.get_base_model()
+        if inner is None or inner is model:
+            break
+        model = inner
+    return type(model).__name__
+
+
 def _is_causal_lm(model: Any) -> bool:
     """Right padding without an attention mask is safe only where attention is causal."""
-    names = [type(model).__name__, *(getattr(getattr(model, "config", None), "architectures",
-                                             None) or [])]
-    return any(name.endswith("ForCausalLM") for name in names)
+    return _head(model).endswith(("ForCausalLM", "LMHeadModel"))
+
+
+def _padding_changes_training(trainer: Any) -> str | None:
+    """Why padding this Trainer's batches would change what it trains, or None."""
+    head = _head(trainer.model)
+    if not head.endswith(PADDABLE_HEADS):
+        return f"the model's head ({head}) reads padded positions"
+    if getattr(trainer.args, "neftune_noise_alpha", None):
+        return "NEFTune's noise (neftune_noise_alpha) scales with the padded length"
+    return None
 
 
 class BucketingCollator:
@@ -333,6 +361,8 @@ def _explainer(trainer: Any, why_unbucketed: str | None,
 
     def explain(key: str, dim: int, size: int) -> str | None:
         if dim == 0:
+            if getattr(trainer.args, "auto_find_batch_size", False):
+                return None  # it shrinks the batch after running out of memory: expected
             if getattr(trainer.args, "dataloader_drop_last", False):
                 return "keep the batch size fixed (it is the batch dimension)."
             return ("the last batch of an epoch is smaller: set "
@@ -347,6 +377,9 @@ def _explainer(trainer: Any, why_unbucketed: str | None,
             return f"shape buckets are off ({why_unbucketed}): unset {name} to bucket lengths."
         if "hook" in why_unbucketed:
             return f"{why_unbucketed}: see hpu-plugin info for the plugin that answered."
+        if not why_unbucketed.startswith(("padding=", "pad_to_multiple_of=", "no collator")):
+            return (f"lengths are left as they are because {why_unbucketed}: pad to a few "
+                    "lengths yourself (a tokenizer's padding='max_length') to compile once.")
         return (f"your collator's {why_unbucketed} decides the lengths: remove it to let "
                 "hpu-plugin pad batches to a few length buckets, or pad to a few lengths "
                 "yourself (padding='max_length').")
@@ -395,6 +428,11 @@ def _bucket_collator(registry: Registry, patches: Patches,
     choice = _user_choice(collator) if collator is not None else "no collator"
     if choice is not None:
         return choice, sizes
+    changes = _padding_changes_training(trainer)
+    if changes is not None:
+        say_once("bucket-refused", logging.INFO,
+                 "hpu_plugin: training batches are not bucketed: %s.", changes)
+        return changes, sizes
     if not sizes:
         why = buckets_off_by("length")
         return why or "the hpu_shape_buckets hook returned no length buckets", sizes

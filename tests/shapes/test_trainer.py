@@ -235,3 +235,64 @@ def test_predictions_of_an_uncompiled_model_keep_their_lengths(run):
     assert got["deprecated"] == []  # nothing the user did is named deprecated
     assert got["wrapped"] == "BucketingCollator"  # training batches: the graphs' buckets
     assert got["predictions"] == [4, 23, 128] and got["labels"] == [4, 23]
+
+
+#: Heads that read padded positions, and NEFTune, whose noise scales with the length: their
+#: batches keep their lengths, so the losses are the unpadded ones.
+HEADS = """
+import json, sys, torch
+from torch.utils.data import Dataset
+from transformers import (LlamaConfig, LlamaForCausalLM, LlamaForQuestionAnswering,
+                          LlamaForSequenceClassification, Trainer, TrainerCallback,
+                          TrainingArguments)
+
+kind = sys.argv[1]
+torch.manual_seed(0)
+config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, num_labels=2,
+                     pad_token_id=None if kind == "classify" else 0)
+cls = {"qa": LlamaForQuestionAnswering, "classify": LlamaForSequenceClassification,
+       "neftune": LlamaForCausalLM}[kind]
+model = cls(config)
+
+class Rows(Dataset):
+    def __len__(self):
+        return 8
+    def __getitem__(self, i):
+        ids = torch.tensor([3 + (i * 5 + j) % 60 for j in range(8)])
+        if kind == "qa":
+            return {"input_ids": ids, "start_positions": torch.tensor(i % 8),
+                    "end_positions": torch.tensor(7)}
+        if kind == "classify":
+            return {"input_ids": ids, "labels": torch.tensor(i % 2)}
+        return {"input_ids": ids, "attention_mask": torch.ones(8, dtype=torch.long),
+                "labels": ids}
+
+class Losses(TrainerCallback):
+    losses = []
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.losses.append(logs["loss"])
+
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-heads", max_steps=3, report_to=[],
+                         per_device_train_batch_size=1 if kind == "classify" else 4,
+                         save_strategy="no", logging_steps=1, seed=0,
+                         neftune_noise_alpha=5.0 if kind == "neftune" else None)
+trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Losses()])
+trainer.train()
+print("RESULT" + json.dumps({"losses": Losses.losses,
+                             "wrapped": type(trainer.data_collator).__name__}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["qa", "classify", "neftune"])
+def test_heads_that_read_padded_positions_train_on_their_own_lengths(run, kind):
+    """Question answering takes its softmax over every position (its 'no answer' index is the
+    length), sequence classification without a pad token pools the last position, NEFTune
+    scales its noise by the length: padding would change each loss."""
+    script = HEADS.replace("kind = sys.argv[1]", f"kind = {kind!r}")
+    default = result_of(run(script))
+    plain = result_of(run(script, {"HPU_PLUGIN_BUCKETS": "0"}))
+    assert default["wrapped"] != "BucketingCollator", default
+    assert default["losses"] == pytest.approx(plain["losses"], rel=1e-4), (default, plain)
