@@ -141,7 +141,7 @@ def cached_index_module_map() -> dict[int, int] | None:
     return index_module_map()
 
 
-def check_this_process(environ: Mapping[str, str]) -> JobPlacement | None:
+def check_this_process(environ: Mapping[str, str], group: bool = True) -> JobPlacement | None:
     """:func:`check_job_from_environ` with this host's ``hl-smi`` map (asked once per process).
 
     The entry point for the plugins and host adapters: ``None`` outside a launcher, a
@@ -149,4 +149,4 @@ def check_this_process(environ: Mapping[str, str]) -> JobPlacement | None:
     """
     if job_from_environ(environ) is None:
         return None
-    return check_job_from_environ(environ, cached_index_module_map())
+    return check_job_from_environ(environ, cached_index_module_map(), group)

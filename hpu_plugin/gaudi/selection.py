@@ -137,13 +137,16 @@ def check_distributed_job(
     local_world_size: int,
     local_rank: int,
     host_modules: HostModules = None,
+    group: bool = True,
 ) -> JobPlacement:
     """Check a job's device selection before any collective; raise :class:`PlacementError`
     (or another :class:`GaudiConfigError`) naming the variable, its value and the fix.
 
     ``host_modules`` is what ``hl-smi`` shows: the index-to-module-id map
     (:func:`hpu_plugin.machine.index_module_map`; lets the error translate indices given
-    as module ids) or just the module ids, or ``None`` when unknown.
+    as module ids) or just the module ids, or ``None`` when unknown. ``group=False`` checks
+    only what this process takes: the rules of an HCCL group apply when one starts, and
+    processes that never start one (each its own inference) may be any number.
     """
     _check_launch(world_size, local_world_size, local_rank)
     raw_modules = environ.get(MODULES)
@@ -165,7 +168,8 @@ def check_distributed_job(
     if visible is not None and len(visible) == 1 and local_world_size > 1:
         return _one_module_per_process(environ, world_size, local_world_size, local_rank, node)
     modules = _node_modules(visible, raw_modules, local_world_size, warnings)
-    _check_group(environ, modules, visible, world_size, node, warnings)
+    if group:
+        _check_group(environ, modules, visible, world_size, node, warnings)
     if own is not None and own != modules[local_rank]:
         warnings.append(
             f"{MODULE_ID}={own} is set, and hccl keeps a module id that is set: this process "
@@ -429,13 +433,13 @@ def job_from_environ(environ: Mapping[str, str]) -> tuple[int, int, int] | None:
 
 
 def check_job_from_environ(
-    environ: Mapping[str, str], host_modules: HostModules = None
+    environ: Mapping[str, str], host_modules: HostModules = None, group: bool = True
 ) -> JobPlacement | None:
     """:func:`check_distributed_job` with the launcher's variables; ``None`` outside a launcher."""
     job = job_from_environ(environ)
     if job is None:
         return None
-    return check_distributed_job(environ, *job, host_modules=host_modules)
+    return check_distributed_job(environ, *job, host_modules=host_modules, group=group)
 
 
 def describe_mesh(shape: Sequence[int], names: Sequence[str] | None = None) -> str:

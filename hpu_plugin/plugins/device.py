@@ -44,9 +44,10 @@ def hpu_device_properties() -> DeviceProperties | None:
     if hpu is None or not hpu.is_available():
         return None
     # Which device this process takes is decided by the launcher's variables and
-    # HABANA_VISIBLE_MODULES; a selection that cannot work is refused here, when a host
-    # first asks for the device, rather than in the first collective.
-    placement = check_this_process(os.environ)
+    # HABANA_VISIBLE_MODULES; a selection that cannot work for this process is refused here,
+    # when a host first asks for the device. The group's own rules wait for a group to start
+    # (the DDP plugin): processes that each run their own inference form none.
+    placement = check_this_process(os.environ, group=False)
     if placement is not None:
         placement.log_warnings(log)
     return DeviceProperties(

@@ -236,3 +236,27 @@ def test_a_cpu_job_with_more_processes_than_gaudis_runs(tmp_path):
                check=False)
     assert used.returncode != 0
     assert "LOCAL_RANK=1 exceeds the 1 visible Gaudi device(s)" in used.stderr, used.stderr[-3000:]
+
+
+INFERENCE_PER_RANK = """
+import sys, torch
+from transformers import pipeline
+
+generator = pipeline("text-generation", model=sys.argv[1])
+out = generator("intel gaudi is", max_new_tokens=2, do_sample=False)
+print(f"rank={torch.distributed.get_rank() if torch.distributed.is_initialized() else 'none'} "
+      f"device={generator.device} text={bool(out[0]['generated_text'])}", flush=True)
+"""
+
+
+def test_three_processes_each_running_its_own_inference_run(tmp_path, tiny_model):
+    """Three processes that start no process group are three independent programs, each
+    with its own Gaudi: the rules of an HCCL group (no group of 3) are not theirs. A group
+    of 3 is still refused when one starts (test_gaudi_e2e_emulator.py)."""
+    script = tmp_path / "infer.py"
+    script.write_text(INFERENCE_PER_RANK)
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc_per_node", "3", str(script), str(tiny_model)]
+    result = run("", emulated_env(tmp_path, devices=3), argv=argv, cwd=tmp_path)
+    assert result.stdout.count("rank=none device=hpu:0 text=True") == 3, (
+        result.stdout + result.stderr[-3000:])
