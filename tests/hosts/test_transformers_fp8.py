@@ -99,8 +99,8 @@ def test_the_quantizer_places_through_the_hook(fp8_installed, answers):
 
     config = transformers_fp8.config_class()("/x/measure", mode="measure")
     quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
-    answers.device_map = {"": "hpu:1"}
-    assert quantizer.update_device_map(None) == {"": "hpu:1"}
+    answers.device_map = {"": "hpu:0"}
+    assert quantizer.update_device_map(None) == {"": "hpu:0"}
     assert quantizer.update_device_map("hpu") == "hpu"  # the user's
     # Neural Compressor would move a CPU placement to the Gaudi: refused, not overridden
     with pytest.raises(GaudiConfigError, match="device_map='cpu': gaudi_fp8 cannot keep"):

@@ -24,15 +24,15 @@ def _quantizer(bits: int):
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_bnb_without_device_map_goes_where_the_hook_says(installed, answers, bits):
-    answers.properties = DeviceProperties("hpu", 2, 1, "GAUDI2")
-    answers.device_map = {"": "hpu:1"}
-    assert _quantizer(bits).update_device_map(None) == {"": "hpu:1"}
+    answers.properties = DeviceProperties("hpu", 2, 0, "GAUDI2")
+    answers.device_map = {"": "hpu:0"}
+    assert _quantizer(bits).update_device_map(None) == {"": "hpu:0"}
     assert ("quant", ("bitsandbytes", bits, None)) in answers.calls
 
 
 @pytest.mark.parametrize("bits", [4, 8])
 def test_bnb_keeps_the_users_device_map(installed, answers, bits):
-    answers.device_map = {"": "hpu:1"}
+    answers.device_map = {"": "hpu:0"}
     assert _quantizer(bits).update_device_map({"": "cpu"}) == {"": "cpu"}
     assert ("quant", ("bitsandbytes", bits, {"": "cpu"})) in answers.calls
 
