@@ -104,7 +104,7 @@ def _wrap_save_and_load() -> None:
 
     @functools.wraps(load)
     def lazy_load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
-        obj = load(f, *args, map_location="cpu", **kwargs)
+        obj = load(f, "cpu", *args, **kwargs)
         where = map_location.get("cpu", "cpu") if isinstance(map_location, dict) else (
             map_location or "cpu")
         return obj if where == "cpu" else _to(obj, where)
