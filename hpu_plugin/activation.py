@@ -98,21 +98,24 @@ def _export_defaults(registry: Registry) -> list[str]:
     return changed
 
 
+def _fail(reason: str) -> None:
+    """The plugin stays off: say why, and keep the reason for ``info`` and ``doctor``."""
+    state.update(status="failed", reason=reason)
+    log.error("hpu_plugin: %s", reason)
+
+
 def _activate() -> None:
     from hpu_plugin import settings
+    from hpu_plugin.gaudi import environment, migration, tuning
     from hpu_plugin.gaudi.software import real_gaudi_installed
 
     environ = os.environ
     if settings.is_on(environ.get("HPU_PLUGIN_DISABLE")):
         state.update(status="skipped", reason="HPU_PLUGIN_DISABLE is set")
         return
-    from hpu_plugin.gaudi import tuning
-
     typos = tuning.misspelt(environ)
     if typos:  # even where the plugin would be off: HPU_PLUGIN_EMULAT=1 meant it on
-        state.update(status="failed", reason="; ".join(map(str, typos)))
-        log.error("hpu_plugin: %s", state["reason"])
-        return
+        return _fail("; ".join(map(str, typos)))
     emulate = settings.emulation_requested(environ)
     real = real_gaudi_installed()
     if not emulate and not real:
@@ -128,21 +131,19 @@ def _activate() -> None:
         emulate = False
 
     from hpu_plugin import emulator
-    from hpu_plugin.gaudi import environment
 
     def refused(by: str = "") -> bool:
         """A missing emulator or a bad setting stops activation here, before the work."""
         try:
             if emulate:
                 emulator.check_settings()
-            # the fast paths' settings are read deep inside train() and generate(); a bad
-            # Gaudi switch stops the Gaudi software (or the emulator) at its first read
-            faults = [*environment.faults(environ), *tuning.faults(environ)]
+            # each read later: deep inside train() and generate(), or by the Gaudi software
+            faults = [*environment.faults(environ), *migration.faults(environ),
+                      *tuning.faults(environ)]
         except emulator.EmulatorError as exc:
             faults = [exc]
         if faults:
-            state.update(status="failed", reason=by + "; ".join(str(f) for f in faults))
-            log.error("hpu_plugin: %s", state["reason"])
+            _fail(by + "; ".join(str(f) for f in faults))
         return bool(faults)
 
     if refused():
@@ -168,9 +169,7 @@ def _activate() -> None:
         try:
             emulator.start()
         except emulator.EmulatorError as exc:
-            state.update(status="failed", reason=str(exc))
-            log.error("hpu_plugin: %s", exc)
-            return
+            return _fail(str(exc))
         state["emulator"] = "started"
     import habana_frameworks.torch  # noqa: F401  real or emulated; creates torch.hpu
 

@@ -79,8 +79,9 @@ def _user_choice(collator: Any) -> str | None:
 
 #: Model heads whose loss reads only the positions a label names, so that right padding with
 #: labels of -100 leaves the loss as it was. Others read every position (question answering:
-#: the softmax over positions, and its "no answer" index is the length) or the last one
-#: (sequence classification without a pad token), so their batches keep their lengths.
+#: the softmax over positions, and its "no answer" index is the length), so their batches
+#: keep their lengths. Sequence classification pools the first token or the last one that is
+#: not the config's pad token: padded with that token, it reads what it read before.
 PADDABLE_HEADS = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration", "ForMaskedLM",
                   "ForTokenClassification")
 
@@ -105,7 +106,12 @@ def _is_causal_lm(model: Any) -> bool:
 def _padding_changes_training(trainer: Any) -> str | None:
     """Why padding this Trainer's batches would change what it trains, or None."""
     head = _head(trainer.model)
-    if not head.endswith(PADDABLE_HEADS):
+    if head.endswith("ForSequenceClassification"):
+        pad = getattr(getattr(trainer.model, "config", None), "pad_token_id", None)
+        if pad is None or pad != _trainer_pad_token(trainer):
+            return (f"the model's head ({head}) pools the last token, and the config's "
+                    "pad_token_id does not mark the padding")
+    elif not head.endswith(PADDABLE_HEADS):
         return f"the model's head ({head}) reads padded positions"
     if getattr(trainer.args, "neftune_noise_alpha", None):
         return "NEFTune's noise (neftune_noise_alpha) scales with the padded length"

@@ -162,13 +162,11 @@ def parse_int64_support(raw: str | None) -> bool | None:
 
 def faults(environ: Mapping[str, str]) -> list[GaudiConfigError]:
     """The Gaudi switches the plugin reads that hold a value the Gaudi software would stop
-    on or misread; activation refuses them before anything runs."""
-    from hpu_plugin.gaudi import migration
-
+    on or misread; activation refuses them before anything runs (``migration.faults``
+    checks the GPU Migration Toolkit's)."""
     found = []
     for check in (lambda: parse_lazy_mode(environ.get(LAZY_MODE)),
                   lambda: parse_int64_support(environ.get(INT64)),
-                  lambda: migration.requested(environ),
                   lambda: check_recipe_cache(environ.get(RECIPE_CACHE))):
         try:
             check()

@@ -49,6 +49,15 @@ def loaded() -> bool:
     return MODULE in sys.modules
 
 
+def faults(environ: Mapping[str, str]) -> list[EnvironmentValueError]:
+    """The toolkit's switch, if it holds a value the Gaudi software stops on."""
+    try:
+        requested(environ)
+    except EnvironmentValueError as exc:
+        return [exc]
+    return []
+
+
 def active(environ: Mapping[str, str]) -> bool:
     """Is the toolkit in force, or about to be (the variable is read when Gaudi's software is
     imported, which may come after the caller asks)?"""
