@@ -91,10 +91,10 @@ def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> 
 
     rank, size = dist_backend_opts.group_rank, dist_backend_opts.group_size
     world = os.environ.get("WORLD_SIZE", "")
-    # torchrun's variable, DeepSpeed launcher's, Open MPI's; none: one server
-    local = next((os.environ[name] for name in (
-        "LOCAL_WORLD_SIZE", "LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE") if os.environ.get(name)),
-        world)
+    from hpu_plugin.gaudi.selection import LOCAL_SIZES
+
+    # where the launchers put the processes on this server; none: one server
+    local = next((os.environ[name] for name in LOCAL_SIZES if os.environ.get(name)), world)
     if size > 1 and world == local == str(size):  # the whole job, on one server
         modules = _exchange_modules(
             dist_backend_opts.store, rank, size, str(dist_backend_opts.group_id)
