@@ -73,6 +73,32 @@ def measurement_exists(dump_stats_path: str) -> bool:
     return bool(glob.glob(f"{glob.escape(dump_stats_path)}_hooks_*.npz"))
 
 
+#: Neural Compressor's ``scale_method`` names whose scales are fixed values, not computed
+#: from a measurement: in ``QUANTIZE`` mode it reads no measurement for them (its documented
+#: "unit_scale: always use scale of 1" and "hw_aligned_single_scale").
+FIXED_SCALE_METHODS = frozenset({"unit_scale", "hw_aligned_single_scale"})
+
+
+def needs_measurement(inc_options: Mapping[str, Any]) -> bool:
+    """Whether quantizing with ``inc_options`` reads a measurement. A ``scale_method`` given
+    as a mapping (a default and per-layer sections, each with ``weight`` and ``activation``)
+    needs none when every scale in it is a fixed value, as Neural Compressor decides."""
+    method = inc_options.get("scale_method", "maxabs_hw")
+    if isinstance(method, str):
+        return method.strip().lower() not in FIXED_SCALE_METHODS
+    if not isinstance(method, Mapping) or not isinstance(method.get("default"), Mapping):
+        return True  # Neural Compressor refuses it when it parses the config
+    sections = [method["default"]]
+    for key in ("nodes", "layers", "layer_types"):
+        overrides = method.get(key)
+        sections += list(overrides.values()) if isinstance(overrides, Mapping) else []
+    return not all(
+        isinstance(section, Mapping) and all(
+            str((section.get(part) or {}).get("scale_value_type", "")).lower() == "fixed_value"
+            for part in ("weight", "activation"))
+        for section in sections)
+
+
 def _no_measurement(dump_stats_path: str, variable: str) -> GaudiConfigError:
     return GaudiConfigError(
         variable, dump_stats_path, "the path prefix a measure run wrote",
@@ -136,7 +162,8 @@ def config_class() -> type:
         or the process's exit writes it), ``"quantize"`` converts the loaded model to fp8 from
         it (refused before loading when it is missing), ``"auto"`` quantizes when it exists
         and measures otherwise. ``inc_options`` go to Neural Compressor's ``FP8Config`` as
-        they are (``blocklist``, ``scale_method``...).
+        they are (``blocklist``, ``scale_method``...); a ``scale_method`` of fixed scales
+        (``"unit_scale"``) quantizes without a measurement, in ``"quantize"`` and ``"auto"``.
         """
 
         def __init__(self, dump_stats_path: str, mode: str = "auto",
@@ -180,7 +207,8 @@ def config_class() -> type:
             """``measure`` or ``quantize``: what loading does with this config now."""
             if self.mode != "auto":
                 return self.mode
-            return "quantize" if measurement_exists(self.dump_stats_path) else "measure"
+            return "quantize" if (not needs_measurement(self.inc_options)
+                                  or measurement_exists(self.dump_stats_path)) else "measure"
 
     # named where users import it, so that pickle and reprs find it there
     GaudiFp8Config.__module__ = "hpu_plugin.fp8"
@@ -206,7 +234,8 @@ def quantizer_class() -> type:
                 raise ImportError("GaudiFp8Config runs Intel Neural Compressor, which is not "
                                   "installed: pip install 'neural-compressor[pt]'")
             config = self.quantization_config
-            if config.mode == "quantize" and not measurement_exists(config.dump_stats_path):
+            if (config.mode == "quantize" and needs_measurement(config.inc_options)
+                    and not measurement_exists(config.dump_stats_path)):
                 raise _no_measurement(config.dump_stats_path,
                                       f"dump_stats_path ({tuning.FP8_STATS})")
 
@@ -266,9 +295,10 @@ def run_neural_compressor(model: Any, config: Any) -> str:
     path = config.dump_stats_path
     if mode == "quantize":
         convert(model, FP8Config(mode="QUANTIZE", dump_stats_path=path, **config.inc_options))
+        source = (f"the measurement at {path}" if needs_measurement(config.inc_options) else
+                  f"fixed scales (scale_method={config.inc_options['scale_method']!r})")
         say_once(("fp8-quantized", path), logging.INFO,
-                 "hpu_plugin: %s: converted to fp8 from the measurement at %s.",
-                 type(model).__name__, path)
+                 "hpu_plugin: %s: converted to fp8 from %s.", type(model).__name__, source)
         return mode
     folder = os.path.dirname(path)
     if folder:

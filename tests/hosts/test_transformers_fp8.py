@@ -188,3 +188,21 @@ def test_on_transformers_4_the_config_and_the_switch_name_the_upgrade(installed,
     assert patches.made == []
     [line] = [r.getMessage() for r in caplog.records if "HPU_PLUGIN_FP8" in r.getMessage()]
     assert "is not applied" in line and "unset HPU_PLUGIN_FP8" in line
+
+
+@pytest.mark.parametrize(("scale_method", "needed"), [
+    (None, True),  # Neural Compressor's default, maxabs_hw, scales from the measurement
+    ("maxabs_pow2", True),
+    ("unit_scale", False),
+    (" HW_ALIGNED_SINGLE_SCALE ", False),
+    ({"default": {"weight": {"scale_value_type": "FIXED_VALUE"},
+                  "activation": {"scale_value_type": "fixed_value"}}}, False),
+    ({"default": {"weight": {"scale_value_type": "fixed_value"},
+                  "activation": {"scale_value_type": "fixed_value"}},
+      "layers": {"3": {"weight": {"scale_value_type": "maxabs"},
+                       "activation": {"scale_value_type": "fixed_value"}}}}, True),
+    ({"layers": {}}, True),  # no default: Neural Compressor refuses it when it parses
+])
+def test_only_fixed_scales_quantize_without_a_measurement(scale_method, needed):
+    options = {} if scale_method is None else {"scale_method": scale_method}
+    assert transformers_fp8.needs_measurement(options) is needed

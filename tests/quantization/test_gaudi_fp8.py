@@ -257,6 +257,40 @@ def test_quantization_config_measures_then_quantizes(bf16, tiny, tmp_path: Path)
     _assert_fp8(fp8, ref, generation)
 
 
+#: ``GaudiFp8Config`` with Neural Compressor's fixed unit scales, in the mode of argv[4]:
+#: optimum-habana's ``unit_scale_quant.json`` flow, which quantizes with no measure run.
+UNIT_SCALE = MEASURE_MODEL + r"""
+import json, sys
+import torch
+from transformers import AutoModelForCausalLM
+from hpu_plugin.fp8 import GaudiFp8Config
+
+path, prompts, stats, mode = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3], sys.argv[4]
+config = GaudiFp8Config(stats, mode=mode, inc_options={"scale_method": "unit_scale"})
+resolved = config.resolved_mode()
+before = torch.hpu.memory_allocated()
+model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16,
+                                             quantization_config=config)
+weights = torch.hpu.memory_allocated() - before
+print("RESULT" + json.dumps({**report(model, prompts, weights), "mode": resolved}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["quantize", "auto"])
+def test_fixed_scales_quantize_without_a_measurement(bf16, tiny, tmp_path: Path,
+                                                      mode: str) -> None:
+    """Neural Compressor reads no measurement for fixed scales: neither mode asks for one,
+    and ``auto`` quantizes rather than measures."""
+    generation, ref = bf16
+    path, made = tiny
+    stats = tmp_path / "fp8" / "measure"
+    fp8 = _run(UNIT_SCALE, _emulated(generation), str(path), json.dumps(made["prompts"]),
+               str(stats), mode)
+    assert fp8["mode"] == "quantize"
+    _assert_fp8(fp8, ref, generation)
+    assert not stats.parent.exists()  # nothing measured, nothing read
+
+
 #: Loads the model with the config named in argv (none, or GaudiFp8Config(argv[3], mode=
 #: argv[4]); argv[5] a device_map) and says what happened: the refusal, or what the model
 #: became. The device memory after a refusal shows whether any weight was read.
