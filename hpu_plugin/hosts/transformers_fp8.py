@@ -82,7 +82,10 @@ FIXED_SCALE_METHODS = frozenset({"unit_scale", "hw_aligned_single_scale"})
 def needs_measurement(inc_options: Mapping[str, Any]) -> bool:
     """Whether quantizing with ``inc_options`` reads a measurement. A ``scale_method`` given
     as a mapping (a default and per-layer sections, each with ``weight`` and ``activation``)
-    needs none when every scale in it is a fixed value, as Neural Compressor decides."""
+    needs none when every scale in it is a fixed value, nor does dynamic quantization (the
+    activations' scales computed as it runs), as Neural Compressor decides."""
+    if str(inc_options.get("dynamic_quantization", False)).strip().upper() == "TRUE":
+        return False
     method = inc_options.get("scale_method", "maxabs_hw")
     if isinstance(method, str):
         return method.strip().lower() not in FIXED_SCALE_METHODS
@@ -130,21 +133,44 @@ def _needs_newer(what: str) -> str:
 
 
 @functools.cache
-def inc_option_names() -> frozenset[str]:
-    """The options Neural Compressor's ``FP8Config`` names; empty when it cannot be imported
-    (not installed, or a device it has no fp8 for, such as first-generation Gaudi): loading
-    then refuses with the reason."""
+def inc_option_names() -> tuple[frozenset[str], bool]:
+    """The options Neural Compressor's ``FP8Config`` names, and whether it takes other
+    keywords too (it passes them to its fp8 configuration: ``dynamic_quantization``,
+    ``ignore_modules_wo_measures``...). Empty when it cannot be imported (not installed, or a
+    device it has no fp8 for, such as first-generation Gaudi): loading then refuses with the
+    reason."""
     if importlib.util.find_spec("neural_compressor") is None:
-        return frozenset()
+        return frozenset(), False
     try:
         from neural_compressor.torch.quantization import FP8Config
     except Exception:
-        return frozenset()
+        return frozenset(), False
 
-    names = inspect.signature(FP8Config.__init__).parameters
-    return frozenset(name for name, parameter in names.items()
-                     if parameter.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-                     and name not in ("self", "mode", "dump_stats_path"))
+    parameters = inspect.signature(FP8Config.__init__).parameters.values()
+    return (frozenset(p.name for p in parameters
+                      if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+                      and p.name not in ("self", "mode", "dump_stats_path")),
+            any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters))
+
+
+def _check_inc_options(options: Mapping[str, Any]) -> None:
+    """Refuse a misspelt option name: Neural Compressor would ignore it, or fail after the
+    weights load. A name it does not list but takes as a keyword is passed on, said once."""
+    accepted, takes_any = inc_option_names()
+    unknown = sorted(set(options) - accepted) if accepted else []
+    typos = [(name, close[0]) for name in unknown
+             if (close := difflib.get_close_matches(name, accepted, n=1, cutoff=0.8))]
+    if typos or (unknown and not takes_any):
+        name, close = typos[0] if typos else (unknown[0], "")
+        raise ValueError(
+            f"GaudiFp8Config(inc_options=...): {name!r} is not an option of Neural "
+            "Compressor's FP8Config" + (f" (did you mean {close!r}?)" if close else "")
+            + f"; its options: {', '.join(sorted(accepted))}")
+    if unknown:
+        say_once(("fp8-inc-keywords", *unknown), logging.INFO,
+                 "hpu_plugin: GaudiFp8Config passes %s to Neural Compressor's FP8Config as "
+                 "keywords of its fp8 configuration (FP8Config does not list them).",
+                 ", ".join(unknown))
 
 
 @functools.cache
@@ -193,15 +219,7 @@ def config_class() -> type:
                 if reserved in self.inc_options:
                     raise ValueError(f"GaudiFp8Config: pass {reserved} as its own argument, "
                                      "not in inc_options")
-            accepted = inc_option_names()
-            unknown = sorted(set(self.inc_options) - accepted) if accepted else []
-            if unknown:  # Neural Compressor takes them and fails after the weights load
-                close = difflib.get_close_matches(unknown[0], accepted, n=1)
-                raise ValueError(
-                    f"GaudiFp8Config(inc_options=...): {', '.join(map(repr, unknown))} is not "
-                    "an option of Neural Compressor's FP8Config"
-                    + (f" (did you mean {close[0]!r}?)" if close else "")
-                    + f"; its options: {', '.join(sorted(accepted))}")
+            _check_inc_options(self.inc_options)
 
         def resolved_mode(self) -> str:
             """``measure`` or ``quantize``: what loading does with this config now."""

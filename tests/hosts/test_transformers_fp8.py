@@ -206,3 +206,10 @@ def test_on_transformers_4_the_config_and_the_switch_name_the_upgrade(installed,
 def test_only_fixed_scales_quantize_without_a_measurement(scale_method, needed):
     options = {} if scale_method is None else {"scale_method": scale_method}
     assert transformers_fp8.needs_measurement(options) is needed
+
+
+@pytest.mark.parametrize(("dynamic", "needed"), [(True, False), ("true", False),
+                                                 (False, True), ("False", True)])
+def test_dynamic_quantization_reads_no_measurement(dynamic, needed):
+    options = {"scale_method": "maxabs_pcs_pow2", "dynamic_quantization": dynamic}
+    assert transformers_fp8.needs_measurement(options) is needed

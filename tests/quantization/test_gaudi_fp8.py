@@ -406,6 +406,10 @@ try:
 except ValueError as exc:
     result = {"error": str(exc)}
 GaudiFp8Config("./fp8/measure", inc_options={"blocklist": {"names": ["lm_head"]}})
+# keywords FP8Config passes to its fp8 configuration without naming them
+taken = GaudiFp8Config("./fp8/measure", inc_options={"dynamic_quantization": True,
+                                                    "ignore_modules_wo_measures": "True"})
+result["auto_mode"] = taken.resolved_mode()
 print("RESULT" + json.dumps(result))
 """
 
@@ -418,3 +422,4 @@ def test_a_misspelt_inc_option_is_refused_when_the_config_is_made() -> None:
     assert got["error"].startswith("GaudiFp8Config(inc_options=...): 'blocklst' is not an "
                                    "option of Neural Compressor's FP8Config (did you mean "
                                    "'blocklist'?)")
+    assert got["auto_mode"] == "quantize"  # dynamic quantization reads no measurement
