@@ -362,10 +362,17 @@ def with_one_device_hint(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def install_device_index_hint(patches: Patches) -> None:
-    """``torch.accelerator.set_device_index`` (and its deprecated alias) and the
-    ``torch.accelerator.device_index`` context: the calls by which code written for other
-    accelerators selects device ``LOCAL_RANK``. Not a per-op path."""
+    """``torch.accelerator.set_device_index`` (and its deprecated alias), the
+    ``torch.accelerator.device_index`` context and ``nn.Module.to``: the calls by which code
+    written for other accelerators selects device ``LOCAL_RANK`` or moves its model there
+    (``model.to(f"hpu:{local_rank}")``). None is a per-op path: a tensor's own ``.to`` keeps
+    the bare error."""
     import torch
+
+    original = original_of(torch.nn.Module, "to", "torch", "device index hint",
+                           "torch.nn.Module.to", own=True)
+    if original is not None:
+        patches.set(torch.nn.Module, "to", with_one_device_hint(original))
 
     accelerator = getattr(torch, "accelerator", None)
     for name in ("set_device_index", "set_device_idx"):

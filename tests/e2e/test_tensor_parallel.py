@@ -98,21 +98,24 @@ HINT = "hpu_plugin: a Gaudi process drives one device, always hpu:0"
 
 
 def test_a_users_own_binding_to_another_index_keeps_the_bridges_error(tmp_path):
-    """Only Transformers' set-up is bound to hpu:0: the user's own call to index 1 is
-    refused by the device guard as on Gaudi, with the plugin's hint under it."""
-    result = run("""
-        import torch, traceback
+    """Only Transformers' set-up is bound to hpu:0: the user's own call to index 1 (a
+    device selection, or a model moved there) is refused by the device guard as on Gaudi,
+    with the plugin's hint under it."""
+    result = run(f"""
+        import torch
         from transformers.distributed import utils
         print("bound=" + str(utils._bind_local_device("hpu", 1)))
-        try:
-            torch.accelerator.set_device_index(1)
-        except RuntimeError as exc:
-            print("refused=" + str("habana active device: 1 != 0" in str(exc)))
-            traceback.print_exc()
+        for name, call in (("select", lambda: torch.accelerator.set_device_index(1)),
+                           ("model", lambda: torch.nn.Linear(2, 2).to("hpu:1"))):
+            try:
+                call()
+            except RuntimeError as exc:
+                notes = "".join(getattr(exc, "__notes__", ()))
+                print(name + "=" + str(str(exc).startswith("habana active device: 1 != 0")
+                                       and {HINT!r} in notes))
     """, emulated_env(tmp_path, devices=2))
     assert result.lines()["bound"] == "hpu:0"
-    assert result.lines()["refused"] == "True"
-    assert HINT in result.stderr
+    assert result.lines()["select"] == result.lines()["model"] == "True"
 
 
 #: A script written for GPUs: each rank selects device LOCAL_RANK, then builds a mesh.
