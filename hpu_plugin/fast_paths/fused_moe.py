@@ -125,33 +125,24 @@ def fused_experts(experts: Any, hidden_states: Any, top_k_index: Any, top_k_weig
     )
 
 
-def _switched_on() -> bool:
-    """The fast path's switches as the settings read them (no hook call inside a trace)."""
-    import os
-
-    from hpu_plugin.fast_paths.decisions import enabled
-
-    return enabled(FAST_PATH, os.environ)
-
-
-def _compiling() -> bool:
+def make_experts(registry: Registry, fallback: Callable[..., Any]) -> Callable[..., Any]:
+    """The registry entry: the kernel where it fits and the fast path is taken, else
+    ``fallback`` (Transformers' ``batched_mm`` function)."""
     import torch
 
-    return bool(torch.compiler.is_compiling())
-
-
-def make_experts(registry: Registry, fallback: Callable[..., Any]) -> Callable[..., Any]:
-    """The registry entry: the kernel where it fits and the fast path is on, else
-    ``fallback`` (Transformers' ``batched_mm`` function)."""
+    # Asked at each eager call, as the fused attention is, so that turning the switch off is
+    # obeyed. In a graph (the decoding steps of generate()) it is asked as the graph is made,
+    # every plugin included, and the answer is kept in the graph as a constant: dynamo runs
+    # the function rather than tracing pluggy's call.
+    @torch.compiler.assume_constant_result
+    def taken(model: str) -> bool:
+        return take(registry, FAST_PATH, {"model": model})
 
     @functools.wraps(fallback)
     def hpu_fused_moe_experts_forward(experts: Any, hidden_states: Any, top_k_index: Any,
                                       top_k_weights: Any) -> Any:
         activation = fits(experts, hidden_states, top_k_index, top_k_weights)
-        # asked at each call, as the fused attention is, so that turning the switch off is
-        # obeyed; in a trace the answer is read from the settings the graph is made under
-        if activation is not None and (_switched_on() if _compiling() else take(
-                registry, FAST_PATH, {"model": type(experts).__name__})):
+        if activation is not None and taken(type(experts).__name__):
             return fused_experts(experts, hidden_states, top_k_index, top_k_weights,
                                  activation)
         return fallback(experts, hidden_states, top_k_index, top_k_weights)

@@ -226,6 +226,48 @@ def test_graphed_decoding_steps_run_the_kernel(moe):
     assert graphed["runs"] == LAYERS * 8  # the prefill and 7 graphed steps, each layer once
 
 
+#: A third party that brings its own experts kernel says no from a ``tryfirst`` hook, to a
+#: model that names the fused entry itself (so no choice was asked at creation): obeyed in
+#: the eager prefill and in the graphs of the decoding steps, where the hook is asked as
+#: each graph is made.
+DECLINED = PRELUDE + r"""
+from hpu_emulator import counters
+from hpu_emulator.kernels import moe as emulated_moe
+from hpu_plugin.hookspecs import hookimpl
+from hpu_plugin.loader import PluginRecord
+from hpu_plugin.registry import get_registry
+
+class OwnKernel:
+    asked = 0
+
+    @hookimpl(tryfirst=True)
+    def hpu_fast_path(self, name, context):
+        if name != "fused_moe":
+            return None
+        OwnKernel.asked += 1
+        return False
+
+runs = []
+body = emulated_moe._experts
+emulated_moe._experts = lambda *args: runs.append(1) or body(*args)
+get_registry().register(OwnKernel(), PluginRecord("own-kernel", "x", "own", "1", False))
+model = made("mixtral", "hpu", experts_implementation="hpu_fused_moe")
+counters.reset()
+tokens = generate(model, "hpu")
+print("RESULT" + json.dumps({"runs": len(runs), "asked": OwnKernel.asked, "tokens": tokens,
+                             "compiled": counters.snapshot()["compiled_graphs"],
+                             "cpu_tokens": generate(made("mixtral", "cpu"), "cpu")}))
+"""
+
+
+def test_a_third_party_no_is_obeyed_inside_the_graphs():
+    declined = result_of(run_python(DECLINED, emulated(HF_HUB_OFFLINE="1"), timeout=400,
+                                    check=True).stdout)
+    assert declined["compiled"] >= 7  # the decoding steps ran as graphs
+    assert declined["asked"] > 0 and declined["runs"] == 0
+    assert declined["tokens"] == declined["cpu_tokens"]
+
+
 def test_undoing_the_plugin_takes_the_entry_and_the_choice_back(moe):
     # a model made meanwhile goes on running: the entry is Transformers' batched_mm again
     assert moe["undone"] == {"entry": "batched_mm_experts_forward", "chosen": "grouped_mm",
