@@ -10,6 +10,7 @@ from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 
 from hpu_plugin import settings
+from hpu_plugin.gaudi import visibility
 from hpu_plugin.gaudi.config_error import GaudiConfigError
 
 LAZY_MODE = "PT_HPU_LAZY_MODE"
@@ -94,6 +95,9 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
     ``patching.this_process.environment``, which records it."""
     applied = {}
     wanted = dict(DEFAULTS)
+    module = one_visible_module(environ)
+    if module is not None:
+        wanted[visibility.MODULE_ID] = str(module)
     if RECIPE_CACHE_PATH not in environ and RECIPE_CACHE not in environ:
         default = recipe_cache_default(environ)
         if default is not None:
@@ -103,6 +107,22 @@ def apply_defaults(environ: MutableMapping[str, str]) -> dict[str, str]:
             environ[name] = value
             applied[name] = value
     return applied
+
+
+def one_visible_module(environ: Mapping[str, str]) -> int | None:
+    """The module of a process that sees exactly one (Ray's ``{"HPU": 1}`` workers, a
+    Kubernetes container given one module), else ``None``.
+
+    Pinning it in ``HLS_MODULE_ID`` changes no device choice: the Gaudi software would
+    acquire that module by type. It keeps the Gaudi software's ``hccl`` import (part of
+    ``import habana_frameworks.torch``) from asserting "There is not enough devices
+    available" in a process started with ``LOCAL_RANK`` 1 or more: with ``HLS_MODULE_ID``
+    unset, that import takes the local rank as an index into the visible modules."""
+    try:
+        modules = visibility.visible_modules(environ)
+    except GaudiConfigError:  # refused, naming the variable, by the device checks
+        return None
+    return modules[0] if modules is not None and len(modules) == 1 else None
 
 
 def is_lazy(environ: Mapping[str, str]) -> bool:

@@ -63,3 +63,22 @@ def test_a_local_rank_beyond_the_modules_is_refused_at_import(run, env, named):
                check=False)
     assert done.returncode != 0
     assert named in done.stderr and f"LOCAL_RANK={env['LOCAL_RANK']}" in done.stderr
+
+
+def test_one_visible_module_is_pinned_by_the_plugin_for_any_local_rank(run):
+    """A process started with its one module and a local rank of 1 (a launcher that gives
+    each process its own module): the plugin pins that module before the Gaudi software's
+    import, which would otherwise take the local rank as an index and assert."""
+    seen = _environment(run, "returned = None", WORLD_SIZE="2", RANK="1", LOCAL_RANK="1",
+                        HABANA_VISIBLE_MODULES="5")
+    assert (seen["HLS_MODULE_ID"], seen["LOCAL_RANK"]) == ("5", "1")
+
+
+def test_without_the_pin_the_import_asserts_as_the_bridge_does(run):
+    """The bridge's ``_setup_module_id``: local rank 1 indexes a list of one module."""
+    call = ("os.environ.pop('HLS_MODULE_ID')\n"
+            "returned = hccl.initialize_distributed_hpu(2, 1, 1)")
+    done = run(SHOW.format(call=call), {"HABANA_VISIBLE_MODULES": "5"}, check=False)
+    assert done.returncode != 0
+    assert "AssertionError: There is not enough devices available" in done.stderr
+    assert "LOCAL_RANK=1" in done.stderr and "HABANA_VISIBLE_MODULES=5" in done.stderr

@@ -42,18 +42,14 @@ def initialize_distributed_hpu(world_size: int | None = None, rank: int | None =
 
         runtime.fix_acquisition_if_device_used()
         visible = [m.strip() for m in env.get("HABANA_VISIBLE_MODULES", "").split(",") if m.strip()]
-        if len(visible) > 1 and local_rank >= len(visible):  # the bridge asserts it here
+        if visible and local_rank >= len(visible):  # the bridge asserts it here
             raise AssertionError(
                 f"There is not enough devices available for training: LOCAL_RANK={local_rank} "
                 f"but HABANA_VISIBLE_MODULES={env['HABANA_VISIBLE_MODULES']} lists "
                 f"{len(visible)} Gaudi modules; start at most one process per module "
                 "(torchrun --nproc-per-node), or set HABANA_VISIBLE_MODULES correctly")
         if visible or local_rank < len(runtime.current_config().visible_modules):
-            # One visible module (Ray, Kubernetes: each worker its own): the device is
-            # acquired by type among the visible ones, whatever the rank.
-            env["HLS_MODULE_ID"] = (
-                visible[0] if len(visible) == 1 else visible[local_rank] if visible
-                else str(local_rank))
+            env["HLS_MODULE_ID"] = visible[local_rank] if visible else str(local_rank)
         # Else the bridge names a module the server lacks, which fails only when the process
         # takes its device (a CPU-only job never does): the emulator's acquisition says so.
     if rank != -1:
