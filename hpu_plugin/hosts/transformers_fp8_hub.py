@@ -156,15 +156,25 @@ def range_factor() -> float:
 
 def _gaudi2_range(weight: Any, scale: Any) -> None:
     """Requantize ``weight`` into this Gaudi's E4M3 range once, through the CPU: the weight
-    divided and its scale multiplied by :func:`range_factor`."""
-    if getattr(weight, "_hpu_plugin_e4m3_max", None) is not None:
+    divided and its scale multiplied by :func:`range_factor`.
+
+    Done to the tensors the layer owns: ``FP8Experts`` passes each call a fresh slice of its
+    parameters (``gate_up_proj[expert]``), so a mark on the slice would be lost and every
+    call would halve the stored weights again. The whole parameter is moved at its first
+    use, one slice of its first dimension at a time (the CPU copy stays one expert's size)."""
+    import torch
+
+    owner = weight if weight._base is None else weight._base
+    if getattr(owner, "_hpu_plugin_e4m3_max", None) is not None:
         return
     factor = range_factor()
     if factor != 1.0:
-        cpu = weight.detach().cpu().float() / factor
-        weight.data.copy_(cpu.to(weight.dtype).to(weight.device))
-        scale.data.mul_(factor)
-    weight._hpu_plugin_e4m3_max = _generation().e4m3_max
+        with torch.no_grad():
+            parts = owner.data.unbind(0) if owner.dim() > weight.dim() else (owner.data,)
+            for part in parts:
+                part.copy_((part.cpu().float() / factor).to(part.dtype))
+            (scale if scale._base is None else scale._base).data.mul_(factor)
+    owner._hpu_plugin_e4m3_max = _generation().e4m3_max
 
 
 def dequantize_blocks(weight: Any, scale: Any, block_size: Any, dtype: Any) -> Any:

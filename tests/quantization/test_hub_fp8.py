@@ -241,11 +241,15 @@ for name, model in (("on the fly", quantized),
                     ("checkpoint", AutoModelForCausalLM.from_pretrained(f"{root}/fp8",
                                                                        device_map="hpu"))):
     experts = model.model.layers[0].mlp.experts
-    with torch.no_grad():
-        got = model(ids.to("hpu")).logits.float().cpu()
+    errors, stored = [], []
+    for _ in range(3):  # the experts' weights are sliced afresh at every call
+        with torch.no_grad():
+            got = model(ids.to("hpu")).logits.float().cpu()
+        errors.append((got - expected).abs().max().item())
+        stored.append(experts.gate_up_proj.float().abs().max().item())
     result[name] = {"experts": [type(experts).__name__, str(experts.gate_up_proj.dtype),
                                 str(experts.gate_up_proj.device)],
-                    "error": (got - expected).abs().max().item()}
+                    "errors": errors, "stored": stored}
 print("RESULT" + json.dumps(result))
 """
 
@@ -254,13 +258,17 @@ print("RESULT" + json.dumps(result))
 def test_an_fp8_mixture_of_experts_runs_on_hpu(tmp_path, generation):
     """Transformers' ``FP8Experts`` look their implementation up in an interface of their own
     whose batched and grouped forms are CUDA kernels: with no ``experts_implementation`` the
-    model must run its experts' fp8 layers on the HPU, quantized on the fly or loaded."""
+    model must run its experts' fp8 layers on the HPU, quantized on the fly or loaded. On
+    Gaudi 2 each expert's weights are moved into its E4M3 range once: three calls agree."""
     got = _run(MOE, emulated(HPU_PLUGIN_EMULATE=generation), str(tmp_path))
     for name in ("on the fly", "checkpoint"):
-        print(f"{generation} {name}: logits error {got[name]['error']:.4f} of "
-              f"{got['peak']:.3f}")
+        errors = got[name]["errors"]
+        print(f"{generation} {name}: logits errors {errors} of {got['peak']:.3f}")
         assert got[name]["experts"] == ["FP8Experts", "torch.float8_e4m3fn", "hpu:0"]
-        assert got[name]["error"] / got["peak"] < 0.08
+        assert max(errors) / got["peak"] < 0.08
+        assert errors[1] == errors[2] == errors[0]
+        stored = got[name]["stored"]  # within E4M3's range on Gaudi 2 (240), and moved once
+        assert stored[0] == stored[1] == stored[2] <= (240 if generation == "gaudi2" else 448)
 
 
 UE8M0 = r"""
