@@ -33,7 +33,6 @@ from __future__ import annotations
 import atexit
 import difflib
 import functools
-import glob
 import importlib.util
 import inspect
 import logging
@@ -67,10 +66,38 @@ _measuring: list[Any] = []
 _atexit_registered = False
 
 
-def measurement_exists(dump_stats_path: str) -> bool:
-    """Whether Neural Compressor's measurement files are at ``dump_stats_path``: it writes
-    ``<dump_stats_path>_hooks_<observer>[_<rank>_<world>].npz`` and ``convert`` reads that."""
-    return bool(glob.glob(f"{glob.escape(dump_stats_path)}_hooks_*.npz"))
+def _rank_and_world() -> tuple[int, int]:
+    """This process's rank and world size as Neural Compressor reads them for its file names
+    (``fp8_quant/prepare_quant/prepare_model.py``): the process group's when one has
+    started, else ``LOCAL_RANK`` and ``WORLD_SIZE``; -1 for unknown. Read afresh: its own
+    functions keep their first answer, which would fix it before the job has started."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    numbers = [os.environ.get(name, "-1").strip() for name in ("LOCAL_RANK", "WORLD_SIZE")]
+    rank, world = (int(n) if n.lstrip("-").isdigit() else -1 for n in numbers)
+    return rank, world
+
+
+def measurement_file(dump_stats_path: str, inc_options: Mapping[str, Any] | None = None
+                     ) -> str:
+    """The file Neural Compressor writes a measurement to and reads it from, in this process:
+    ``<dump_stats_path>_hooks_<observer>.npz``, with ``_<rank>_<world>`` before ``.npz`` in a
+    job of ranks (unless ``seperate_measure_files`` is off), as its ``Fp8cfg.parse`` names it."""
+    options = dict(inc_options or {})
+    rank, world = _rank_and_world()
+    separate = str(options.get("seperate_measure_files", True)).strip().lower() != "false"
+    suffix = f"_{rank}_{world}" if rank >= 0 and separate else ""
+    return f"{dump_stats_path}_hooks_{options.get('observer', 'maxabs')}{suffix}.npz"
+
+
+def measurement_exists(dump_stats_path: str,
+                       inc_options: Mapping[str, Any] | None = None) -> bool:
+    """Whether this process's measurement (:func:`measurement_file`) is there: in a job of
+    ranks each reads its own, and another rank's file, or a scale file Neural Compressor
+    wrote beside it, is no measurement for this one."""
+    return os.path.isfile(measurement_file(dump_stats_path, inc_options))
 
 
 #: Neural Compressor's ``scale_method`` names whose scales are fixed values, not computed
@@ -102,13 +129,15 @@ def needs_measurement(inc_options: Mapping[str, Any]) -> bool:
         for section in sections)
 
 
-def _no_measurement(dump_stats_path: str, variable: str) -> GaudiConfigError:
+def _no_measurement(dump_stats_path: str, variable: str,
+                    inc_options: Mapping[str, Any]) -> GaudiConfigError:
     return GaudiConfigError(
         variable, dump_stats_path, "the path prefix a measure run wrote",
         "run the program once with HPU_PLUGIN_FP8=measure (or GaudiFp8Config(mode="
-        "'measure')) and the same path, or use mode='auto', which measures when nothing is "
-        "there",
-        problem=f"no measurement at {dump_stats_path}_hooks_*.npz to quantize from",
+        "'measure')) and the same path, with the same ranks, or use mode='auto', which "
+        "measures when nothing is there",
+        problem=f"no measurement at {measurement_file(dump_stats_path, inc_options)} to "
+        "quantize from",
     )
 
 
@@ -153,11 +182,16 @@ def inc_option_names() -> tuple[frozenset[str], bool]:
             any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters))
 
 
+#: Neural Compressor's older names of ``allowlist`` and ``blocklist``, which its fp8
+#: configuration still reads (``Fp8cfg.parse``).
+OLD_OPTION_NAMES = frozenset({"whitelist", "blacklist"})
+
+
 def _check_inc_options(options: Mapping[str, Any]) -> None:
     """Refuse a misspelt option name: Neural Compressor would ignore it, or fail after the
     weights load. A name it does not list but takes as a keyword is passed on, said once."""
     accepted, takes_any = inc_option_names()
-    unknown = sorted(set(options) - accepted) if accepted else []
+    unknown = sorted(set(options) - accepted - OLD_OPTION_NAMES) if accepted else []
     typos = [(name, close[0]) for name in unknown
              if (close := difflib.get_close_matches(name, accepted, n=1, cutoff=0.8))]
     if typos or (unknown and not takes_any):
@@ -225,8 +259,9 @@ def config_class() -> type:
             """``measure`` or ``quantize``: what loading does with this config now."""
             if self.mode != "auto":
                 return self.mode
-            return "quantize" if (not needs_measurement(self.inc_options)
-                                  or measurement_exists(self.dump_stats_path)) else "measure"
+            return "quantize" if (
+                not needs_measurement(self.inc_options)
+                or measurement_exists(self.dump_stats_path, self.inc_options)) else "measure"
 
     # named where users import it, so that pickle and reprs find it there
     GaudiFp8Config.__module__ = "hpu_plugin.fp8"
@@ -253,9 +288,10 @@ def quantizer_class() -> type:
                                   "installed: pip install 'neural-compressor[pt]'")
             config = self.quantization_config
             if (config.mode == "quantize" and needs_measurement(config.inc_options)
-                    and not measurement_exists(config.dump_stats_path)):
+                    and not measurement_exists(config.dump_stats_path, config.inc_options)):
                 raise _no_measurement(config.dump_stats_path,
-                                      f"dump_stats_path ({tuning.FP8_STATS})")
+                                      f"dump_stats_path ({tuning.FP8_STATS})",
+                                      config.inc_options)
 
         def update_device_map(self, device_map: Any) -> Any:
             registry = type(self).registry or get_registry()
@@ -294,7 +330,9 @@ def quantizer_class() -> type:
             return getattr(self, "ran_mode", None) == "quantize"
 
         def is_serializable(self, safe_serialization: Any = None) -> bool:
-            # fp8 modules of Neural Compressor are saved with its own save(), not here
+            # Neural Compressor's fp8 modules are not Transformers' to save; its own save()
+            # goes through save_pretrained too, so neither saves such a model: the
+            # measurement is what is kept, and the model quantized again at load
             return False
 
         @property
@@ -310,7 +348,8 @@ def run_neural_compressor(model: Any, config: Any) -> str:
     from neural_compressor.torch.quantization import FP8Config, convert, prepare
 
     mode = config.resolved_mode()
-    path = config.dump_stats_path
+    # Neural Compressor makes (and checks) the folder of the path: "measure" names none
+    path = os.path.abspath(config.dump_stats_path)
     if mode == "quantize":
         convert(model, FP8Config(mode="QUANTIZE", dump_stats_path=path, **config.inc_options))
         source = (f"the measurement at {path}" if needs_measurement(config.inc_options) else
@@ -318,9 +357,7 @@ def run_neural_compressor(model: Any, config: Any) -> str:
         say_once(("fp8-quantized", path), logging.INFO,
                  "hpu_plugin: %s: converted to fp8 from %s.", type(model).__name__, source)
         return mode
-    folder = os.path.dirname(path)
-    if folder:
-        os.makedirs(folder, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     prepare(model, FP8Config(mode="MEASURE", dump_stats_path=path, **config.inc_options))
     _keep_measuring(model)
     say_once(("fp8-measuring", path), logging.WARNING,

@@ -115,7 +115,7 @@ def test_quantize_mode_without_a_measurement_is_refused(fp8_with_inc, tmp_path):
 
     config = transformers_fp8.config_class()(str(tmp_path / "measure"), mode="quantize")
     quantizer = auto.AutoHfQuantizer.from_config(config, pre_quantized=False)
-    with pytest.raises(Refusal, match=r"no measurement at .*_hooks_\*\.npz"):
+    with pytest.raises(Refusal, match=r"no measurement at .*/measure_hooks_maxabs\.npz to"):
         quantizer.validate_environment(device_map=None)
     (tmp_path / "measure_hooks_maxabs.npz").write_bytes(b"")
     quantizer.validate_environment(device_map=None)
@@ -213,3 +213,30 @@ def test_only_fixed_scales_quantize_without_a_measurement(scale_method, needed):
 def test_dynamic_quantization_reads_no_measurement(dynamic, needed):
     options = {"scale_method": "maxabs_pcs_pow2", "dynamic_quantization": dynamic}
     assert transformers_fp8.needs_measurement(options) is needed
+
+
+@pytest.mark.parametrize(("env", "options", "found"), [
+    ({}, {}, "m_hooks_maxabs.npz"),
+    ({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, {}, "m_hooks_maxabs_1_2.npz"),
+    ({"LOCAL_RANK": "0", "WORLD_SIZE": "2"}, {"observer": "save"}, "m_hooks_save_0_2.npz"),
+    ({"LOCAL_RANK": "1", "WORLD_SIZE": "2"}, {"seperate_measure_files": False},
+     "m_hooks_maxabs.npz"),
+])
+def test_each_rank_reads_the_measurement_neural_compressor_names(monkeypatch, tmp_path, env,
+                                                                 options, found):
+    """Neural Compressor's ``Fp8cfg.parse``: ``<path>_hooks_<observer>[_<rank>_<world>]``;
+    another rank's file, or the scale file a quantize run writes beside it, is not this
+    process's measurement."""
+    for name in ("LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    path = str(tmp_path / "m")
+    assert transformers_fp8.measurement_file(path, options) == f"{path}{found[1:]}"
+    for other in ("m_hooks_maxabs_0_2.npz", "m_hooks_maxabs_1_2.npz", "m_hooks_save_0_2.npz",
+                  "m_hooks_maxabs.npz", "m_hooks_maxabs_MAXABS_HW.npz"):
+        if other != found:
+            (tmp_path / other).write_bytes(b"")
+    assert not transformers_fp8.measurement_exists(path, options)
+    (tmp_path / found).write_bytes(b"")
+    assert transformers_fp8.measurement_exists(path, options)

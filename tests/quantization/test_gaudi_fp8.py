@@ -374,6 +374,16 @@ def test_the_users_quantization_config_wins_over_the_switch(tiny, tmp_path: Path
     assert not (tmp_path / "nothing").exists()
 
 
+def test_a_path_without_a_folder_measures_in_the_working_directory(tiny, tmp_path: Path):
+    """``GaudiFp8Config("measure")``: Neural Compressor makes the folder of the path, which
+    names none here."""
+    path, _ = tiny
+    done = run_python(LOAD, _emulated("gaudi2"), timeout=TIMEOUT, cwd=tmp_path, check=True,
+                      args=(str(path), "config", "measure", "measure"))
+    assert result_of(done.stdout)["method"] == "measure"
+    assert (tmp_path / "measure_hooks_maxabs.npz").is_file()  # written at exit
+
+
 STATUS = r"""
 import json
 import torch
@@ -408,7 +418,8 @@ except ValueError as exc:
 GaudiFp8Config("./fp8/measure", inc_options={"blocklist": {"names": ["lm_head"]}})
 # keywords FP8Config passes to its fp8 configuration without naming them
 taken = GaudiFp8Config("./fp8/measure", inc_options={"dynamic_quantization": True,
-                                                    "ignore_modules_wo_measures": "True"})
+                                                    "ignore_modules_wo_measures": "True",
+                                                    "blacklist": {"names": ["lm_head"]}})
 result["auto_mode"] = taken.resolved_mode()
 print("RESULT" + json.dumps(result))
 """
