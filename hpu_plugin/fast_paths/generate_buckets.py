@@ -244,15 +244,28 @@ def _takes_cache_position(model: Any) -> bool:
         return False
 
 
+@functools.cache
+def _fresh_max_length() -> Any:
+    """A fresh ``GenerationConfig()``'s ``max_length``: 20 on Transformers 4, None on 5."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig().max_length
+
+
 def _new_tokens(kwargs: dict[str, Any], config: Any, length: int) -> int | None:
     """``max_new_tokens`` as the caller meant it; a ``max_length`` counts the prompt, which
-    padding lengthens, so it is turned into new tokens (likewise ``min_length``)."""
+    padding lengthens, so it is turned into new tokens (likewise ``min_length``). None where
+    no length was given: Transformers then counts its default from the prompt (4.x: a
+    ``max_length`` equal to a fresh config's, 20, becomes 20 new tokens), so the call is
+    left to it."""
     if _setting("min_new_tokens", kwargs, config) is None and (
         _setting("min_length", kwargs, config) or 0) > 0:
         return None
     new = _setting("max_new_tokens", kwargs, config)
     if new is None:
         max_length = _setting("max_length", kwargs, config)
+        if "max_length" not in kwargs and max_length == _fresh_max_length():
+            return None
         new = None if max_length is None else max_length - length
     return new if isinstance(new, int) and new > 0 else None
 

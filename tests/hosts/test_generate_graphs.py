@@ -185,3 +185,34 @@ def test_after_a_graphed_generate_contrastive_search_runs_and_the_model_saves() 
     cpu, on_hpu = result["contrastive"]
     assert on_hpu == cpu, result
     assert result["saved_on_cpu"] is True and len(result["greedy"][0]) == 9, result
+
+
+DEFAULT_LENGTH = """
+    import copy, json
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cpu = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                       num_hidden_layers=1, num_attention_heads=4,
+                                       num_key_value_heads=2, max_position_embeddings=64,
+                                       eos_token_id=None)).eval()
+    hpu = copy.deepcopy(cpu).to("hpu")
+    ids = torch.tensor([[7, 8, 9, 10, 11, 12]])
+    runs = {}
+    for name, kw in {"none": {}, "max_length": {"max_length": 20}}.items():
+        runs[name] = [m.generate(i, attention_mask=torch.ones_like(i), do_sample=False,
+                                 **kw).cpu().tolist()
+                      for m, i in ((cpu, ids), (hpu, ids.to("hpu")))]
+    print("RESULT" + json.dumps(runs))
+"""
+
+
+def test_a_call_with_no_length_generates_transformers_default_number_of_tokens() -> None:
+    """No ``max_new_tokens`` nor ``max_length``: 20 new tokens on every Transformers of the
+    matrix (4.x's config says ``max_length=20`` and means new tokens), as on the CPU; a
+    ``max_length`` the caller passes counts the prompt."""
+    env = emulated(TRANSFORMERS_VERBOSITY="error")
+    runs = result_of(run_python(DEFAULT_LENGTH, env, timeout=300, check=True).stdout)
+    (cpu, hpu), (cpu_total, hpu_total) = runs["none"], runs["max_length"]
+    assert hpu == cpu and len(cpu[0]) == 6 + 20
+    assert hpu_total == cpu_total and len(cpu_total[0]) == 20
