@@ -427,7 +427,12 @@ def _graphed_generate(
     if lock is not None and not lock.acquire(blocking=False):
         return original(model, inputs, **kwargs)
     try:
-        return _bucketed_generate(registry, original, model, inputs, kwargs, graphs=mode)[0]
+        out, why = _bucketed_generate(registry, original, model, inputs, kwargs, graphs=mode)
+        if why is not None:
+            say_once(("generate-ungraphed", type(model).__name__, why), logging.INFO,
+                     "hpu_plugin: generate() of %s runs without graphs: %s",
+                     type(model).__name__, why)
+        return out
     except inference_graphs.compile_errors() as error:
         inference_graphs.refuse(model, error)
     finally:

@@ -188,8 +188,10 @@ def test_after_a_graphed_generate_contrastive_search_runs_and_the_model_saves() 
 
 
 DEFAULT_LENGTH = """
-    import copy, json
+    import copy, json, logging
     import torch
+    logging.getLogger("hpu_plugin").setLevel(logging.INFO)
+    logging.getLogger("hpu_plugin").addHandler(logging.StreamHandler())
     from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     cpu = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
@@ -212,7 +214,10 @@ def test_a_call_with_no_length_generates_transformers_default_number_of_tokens()
     matrix (4.x's config says ``max_length=20`` and means new tokens), as on the CPU; a
     ``max_length`` the caller passes counts the prompt."""
     env = emulated(TRANSFORMERS_VERBOSITY="error")
-    runs = result_of(run_python(DEFAULT_LENGTH, env, timeout=300, check=True).stdout)
+    done = run_python(DEFAULT_LENGTH, env, timeout=300, check=True)
+    runs = result_of(done.stdout)
     (cpu, hpu), (cpu_total, hpu_total) = runs["none"], runs["max_length"]
+    said = "generate() of LlamaForCausalLM runs without graphs: the number of new tokens"
+    assert done.stderr.count(said) == 1, done.stderr[-3000:]
     assert hpu == cpu and len(cpu[0]) == 6 + 20
     assert hpu_total == cpu_total and len(cpu_total[0]) == 20
