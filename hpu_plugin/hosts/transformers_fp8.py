@@ -352,8 +352,9 @@ def run_neural_compressor(model: Any, config: Any) -> str:
     path = os.path.abspath(config.dump_stats_path)
     if mode == "quantize":
         convert(model, FP8Config(mode="QUANTIZE", dump_stats_path=path, **config.inc_options))
+        method = config.inc_options.get("scale_method", "maxabs_hw")
         source = (f"the measurement at {path}" if needs_measurement(config.inc_options) else
-                  f"fixed scales (scale_method={config.inc_options['scale_method']!r})")
+                  f"scales that need no measurement (scale_method={method!r})")
         say_once(("fp8-quantized", path), logging.INFO,
                  "hpu_plugin: %s: converted to fp8 from %s.", type(model).__name__, source)
         return mode
