@@ -432,6 +432,53 @@ def test_allocation_past_the_device_memory_fails_with_the_real_oom_text(run):
     """, {"HPU_PLUGIN_EMULATE_MEMORY": "8MiB"})
 
 
+def test_a_fused_kernels_intermediates_are_its_workspace_not_device_memory(run):
+    """A Gaudi fused kernel streams its input through the chip's local memory; the emulator
+    computes its intermediates (float32 copies, the scaled values) as device tensors. Only
+    what the kernel returns counts towards the peak and the limit."""
+    run("""
+        import torch
+
+        n = 1024 * 1024  # bf16: 2 MiB; the kernel's float32 intermediates: 4 MiB each
+        x = torch.ones(n, dtype=torch.bfloat16, device="hpu")
+        torch.hpu.reset_peak_memory_stats()
+        before = torch.hpu.memory_allocated()
+        out, amax = torch.ops.hpu.cast_to_fp8_v2(x, None, False, True, torch.float8_e4m3fn)
+        made = torch.hpu.memory_allocated() - before
+        assert made == n + 4, made  # one byte a value, and the float32 maximum
+        assert torch.hpu.max_memory_allocated() == before + made, (
+            torch.hpu.max_memory_allocated(), before, made)
+        assert out.float().cpu().eq(1).all() and amax.item() == 1.0
+        # the same values through ordinary ops: every intermediate is device memory
+        torch.hpu.reset_peak_memory_stats()
+        plain = (x.float() * 1.0).clamp(-240, 240).to(torch.float8_e4m3fn)
+        assert torch.hpu.max_memory_allocated() >= before + made + 8 * n
+        del plain
+        # 13 MiB in use of 16: a 4 MiB float32 copy of x would not fit; the 1 MiB output does
+        filler = torch.empty(10 * n // 4, device="hpu")
+        again, _ = torch.ops.hpu.cast_to_fp8_v2(x, None, False, True, torch.float8_e4m3fn)
+        assert torch.hpu.memory_allocated() == before + 2 * made + filler.numel() * 4
+        print("ok")
+    """, {"HPU_PLUGIN_EMULATE_MEMORY": "16MiB"})
+
+
+def test_a_fused_kernels_output_past_the_device_memory_fails(run):
+    run("""
+        import torch
+
+        big = torch.empty(3 * 1024 * 1024, device="hpu")  # 12 MiB of 16
+        x = torch.ones(1024 * 1024, dtype=torch.bfloat16, device="hpu")  # 2 MiB
+        try:  # 4 MiB of float32 output: past the limit
+            torch.ops.hpu.cast_from_fp8(x.to(torch.float8_e4m3fn), None, torch.float32)
+        except torch.OutOfMemoryError as e:
+            assert "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed" in str(e), e
+        else:
+            raise AssertionError("a kernel's output beyond the limit was accepted")
+        assert torch.hpu.memory_allocated() == (12 + 2) * 1024 * 1024
+        print("ok")
+    """, {"HPU_PLUGIN_EMULATE_MEMORY": "16MiB"})
+
+
 def test_visible_modules_and_device_count(run):
     out = run("""
         import os, torch

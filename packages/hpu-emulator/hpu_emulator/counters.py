@@ -142,15 +142,28 @@ def launch(kind: str) -> Iterator[None]:
 
 def counted(kind: str) -> Callable[[F], F]:
     """Decorate a function whose call is one device launch of ``kind`` (a fused kernel's
-    first eager run with new tensor shapes also an eager recipe)."""
+    first eager run with new tensor shapes also an eager recipe). A fused kernel's
+    intermediate tensors are its workspace: on a Gaudi they stay in the chip's local memory,
+    so only its outputs count towards the device's peak memory and its limit."""
 
     def decorate(function: F) -> F:
         @wraps(function)
         def run(*args: Any, **kwargs: Any) -> Any:
-            if kind == FUSED_KERNEL and getattr(_depth, "value", 0) == 0:
+            if kind != FUSED_KERNEL:
+                with launch(kind):
+                    return function(*args, **kwargs)
+            if getattr(_depth, "value", 0) == 0:
                 _eager_recipe(function, args, kwargs)
+            ext = runtime.extension()
             with launch(kind):
-                return function(*args, **kwargs)
+                ext.enter_workspace()
+                try:
+                    result = function(*args, **kwargs)
+                except BaseException:
+                    ext.leave_workspace(False)
+                    raise
+                ext.leave_workspace(True)
+                return result
 
         return run  # type: ignore[return-value]
 

@@ -208,20 +208,38 @@ struct DeviceStats {
 
 DeviceStats g_stats[kMaxDevices];
 
+// A Gaudi fused kernel keeps its intermediate values in the chip's local memory (a TPC kernel
+// streams its inputs through), where the emulator computes them as device tensors of their
+// own. Inside one (Python raises this depth of its thread around it), an allocation counts
+// towards the device's memory in use but not towards its peak or its limit; when the kernel
+// returns, what is still allocated (its outputs) is checked against both.
+thread_local int t_workspace_depth = 0;
+thread_local int64_t t_workspace_entry[kMaxDevices] = {};
+
+void raise_out_of_memory(c10::DeviceIndex device, int64_t nbytes, int64_t before) {
+  TORCH_CHECK_WITH(
+      OutOfMemoryError, false,
+      "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::", nbytes, " (",
+      nbytes / (1024.0 * 1024.0), ")MB on hpu:", static_cast<int>(device), ": ",
+      before, " bytes in use of ", g_config.memory_limit,
+      " (HPU_PLUGIN_EMULATE_MEMORY)");
+}
+
+void raise_peak(DeviceStats& s, int64_t now) {
+  int64_t peak = s.max_in_use.load();
+  while (now > peak && !s.max_in_use.compare_exchange_weak(peak, now)) {
+  }
+}
+
 void account_alloc(c10::DeviceIndex device, int64_t nbytes) {
   auto& s = g_stats[device];
   int64_t now = s.in_use.fetch_add(nbytes) + nbytes;
-  if (g_config.memory_limit > 0 && now > g_config.memory_limit) {
-    s.in_use.fetch_sub(nbytes);
-    TORCH_CHECK_WITH(
-        OutOfMemoryError, false,
-        "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed for size::", nbytes, " (",
-        nbytes / (1024.0 * 1024.0), ")MB on hpu:", static_cast<int>(device), ": ",
-        now - nbytes, " bytes in use of ", g_config.memory_limit,
-        " (HPU_PLUGIN_EMULATE_MEMORY)");
-  }
-  int64_t peak = s.max_in_use.load();
-  while (now > peak && !s.max_in_use.compare_exchange_weak(peak, now)) {
+  if (t_workspace_depth == 0) {
+    if (g_config.memory_limit > 0 && now > g_config.memory_limit) {
+      s.in_use.fetch_sub(nbytes);
+      raise_out_of_memory(device, nbytes, now - nbytes);
+    }
+    raise_peak(s, now);
   }
   s.num_allocs.fetch_add(1);
   s.total_allocs.fetch_add(1);
@@ -2010,6 +2028,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     std::vector<std::pair<uint64_t, uint64_t>> closed;
     closed.swap(hpu_emu::g_lazy_closed);
     return closed;
+  });
+  m.def("enter_workspace", [] {
+    if (hpu_emu::t_workspace_depth++ > 0) return;
+    for (int d = 0; d < hpu_emu::kMaxDevices; ++d)
+      hpu_emu::t_workspace_entry[d] = hpu_emu::g_stats[d].in_use.load();
+  });
+  // check: the kernel returned (its outputs are allocated); false when it raised
+  m.def("leave_workspace", [](bool check) {
+    if (hpu_emu::t_workspace_depth == 0 || --hpu_emu::t_workspace_depth > 0) return;
+    for (int d = 0; d < hpu_emu::kMaxDevices; ++d) {
+      auto& s = hpu_emu::g_stats[d];
+      int64_t now = s.in_use.load(), before = hpu_emu::t_workspace_entry[d];
+      if (check && hpu_emu::g_config.memory_limit > 0 && now > hpu_emu::g_config.memory_limit &&
+          now > before)
+        hpu_emu::raise_out_of_memory(static_cast<c10::DeviceIndex>(d), now - before, before);
+      hpu_emu::raise_peak(s, now);
+    }
   });
   m.def("enter_launch", [] { ++hpu_emu::t_launch_depth; });
   m.def("leave_launch", [] {
