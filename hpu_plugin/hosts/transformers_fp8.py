@@ -12,8 +12,9 @@ loading, in two ways:
   (``register_quantization_config`` / ``register_quantizer``; on a release without them the
   adapter stays out and says so); its quantizer places the model through the
   ``hpu_quantization_device_map`` hook (a plugin can decide, first-generation Gaudi is
-  refused there before any weight is read) and, once the weights are on the HPU, converts
-  the model when the measurement exists and prepares it for measuring otherwise;
+  refused there before any weight is read) and, once the weights are loaded, converts
+  the model when the measurement exists (loaded on the CPU: the conversion moves each
+  weight to the HPU) and prepares it for measuring otherwise (loaded on the HPU);
 - ``HPU_PLUGIN_FP8=measure|quantize`` with ``HPU_PLUGIN_FP8_STATS`` for code that passes
   nothing (``pipeline()``, scripts the user does not edit): each ``from_pretrained`` that
   places a model on an HPU gets that config. A ``quantization_config`` the user passed, or
@@ -305,10 +306,18 @@ def quantizer_class() -> type:
                     "measures and converts the whole model there)",
                     "pass device_map='hpu' (or none), or load without GaudiFp8Config",
                     problem=f"{QUANT_METHOD} cannot keep weights off the Gaudi")
+            mode = self.quantization_config.resolved_mode()
             chosen = registry.quantization_device_map(
-                QUANT_METHOD, 8, device_map,
-                options={"mode": self.quantization_config.resolved_mode()},
-            )
+                QUANT_METHOD, 8, device_map, options={"mode": mode})
+            if device_map is None and mode == "quantize" and _all_on_hpu(chosen):
+                # Neural Compressor's convert takes each weight to the Gaudi as it quantizes
+                # it, then the rest of the model: loaded on the CPU, the device never holds
+                # the bf16 model, so a model too big for one Gaudi in bf16 loads in fp8 (as
+                # optimum-habana loads it). The model ends where the hook placed it.
+                say_once("fp8-cpu-load", logging.INFO,
+                         "hpu_plugin: %s: loading on the CPU; Neural Compressor moves each "
+                         "weight to the Gaudi as it converts it to fp8.", QUANT_METHOD)
+                return None
             if device_map is None and chosen is not None:
                 say_once("fp8-device-map", logging.INFO,
                          "hpu_plugin: %s: no device_map given; placing the model with "
