@@ -137,7 +137,7 @@ def register_trace_rules(trace_rules: ModuleType) -> None:
 
 
 def _streams_traced_symbolically() -> bool:
-    """Whether this dynamo tracks the current stream itself (torch 2.11 and later): there
+    """Whether this dynamo tracks the current stream itself (torch 2.10 and later): there
     ``torch.hpu.current_stream`` is traced into and hands over to ``torch.accelerator``'s,
     which dynamo models; before, dynamo turns a call of a device interface's
     ``current_stream`` in the graph into a stream, as the bridge's rules list it."""
