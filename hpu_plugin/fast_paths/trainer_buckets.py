@@ -58,6 +58,8 @@ PAD_VALUES: dict[str, int | None] = {
     "input_ids": None, "attention_mask": 0, "labels": -100, "token_type_ids": 0,
     "position_ids": 0, "special_tokens_mask": 1, "decoder_input_ids": None,
     "decoder_attention_mask": 0,
+    # TRL's: which tokens the loss counts (DPO, SFT's completion-only and assistant-only loss)
+    "completion_mask": 0, "assistant_masks": 0,
 }
 #: The keys of the decoder side of a sequence-to-sequence batch, which has its own length.
 DECODER_KEYS = ("labels", "decoder_input_ids", "decoder_attention_mask")
@@ -139,23 +141,26 @@ class BucketingCollator:
 
     def __call__(self, features: Any) -> Any:
         batch = self.inner(features)
-        ids = batch.get("input_ids") if hasattr(batch, "get") else None
-        if getattr(ids, "ndim", 0) != 2:
-            return batch
-        groups = self._groups(batch, int(ids.shape[1]))
-        if groups is None:
-            return batch
-        sizes = buckets(self.registry, "length", self.limit)
+        groups, why = self.groups(batch)
+        if why is not None:
+            say_once("bucket-refused", logging.INFO,
+                     "hpu_plugin: training batches are not bucketed: %s.", why)
+        sizes = buckets(self.registry, "length", self.limit) if groups else ()
         for length, keys in groups:
             target = bucket_for(length, sizes)
             if target != length:
                 self._pad(batch, keys, length, target)
         return batch
 
-    def _groups(self, batch: Any, length: int) -> list[tuple[int, list[str]]] | None:
-        """The keys padded together: the input side, and a decoder side of its own length."""
+    def groups(self, batch: Any) -> tuple[list[tuple[int, list[str]]], str | None]:
+        """The keys padded together (the input side, and a decoder side of its own length),
+        or none and why such a batch cannot be padded (None: it has no token ids)."""
         import torch
 
+        ids = batch.get("input_ids") if hasattr(batch, "get") else None
+        if getattr(ids, "ndim", 0) != 2:
+            return [], None
+        length = int(ids.shape[1])
         sequences = {k: int(v.shape[1]) for k, v in batch.items()
                      if isinstance(v, torch.Tensor) and v.ndim == 2}
         inputs = [k for k, n in sequences.items() if n == length]
@@ -164,20 +169,15 @@ class BucketingCollator:
         decoder = [k for k in decoder if sequences[k] == decoder_length]
         unknown = [k for k in inputs + decoder if k not in PAD_VALUES]
         if unknown:
-            return self._refuse("the collator returns " + ", ".join(unknown) +
-                                ", whose padding value is unknown")
+            return [], ("the collator returns " + ", ".join(unknown) +
+                        ", whose padding value is unknown")
         if "attention_mask" not in inputs and not self.causal:
-            return self._refuse("the batches have no attention_mask, and the model's "
-                                "attention is not known to be causal")
+            return [], ("the batches have no attention_mask, and the model's attention is "
+                        "not known to be causal")
         groups = [(length, inputs)]
         if decoder_length is not None:
             groups.append((decoder_length, decoder))
-        return groups
-
-    def _refuse(self, why: str) -> None:
-        say_once("bucket-refused", logging.INFO,
-                 "hpu_plugin: training batches are not bucketed: %s.", why)
-        return None
+        return groups, None
 
     def _pad(self, batch: Any, keys: list[str], length: int, target: int) -> None:
         import torch
@@ -324,14 +324,16 @@ class StepWatch:
     steps with distinct shapes, one line names the dimension, the sizes seen and the fix.
     """
 
-    def __init__(self, where: str, explain: Callable[[str, int, int], str | None]) -> None:
+    def __init__(self, where: str,
+                 explain: Callable[[str, int, int, str | None], str | None]) -> None:
         self.where = where
         self.explain = explain
         self.first: dict[str, tuple[int, ...]] | None = None
         self.seen: set[tuple[tuple[str, tuple[int, ...]], ...]] = set()
         self.sizes: dict[tuple[str, int], list[int]] = {}
 
-    def observe(self, before: int | None, inputs: Any) -> None:
+    def observe(self, before: int | None, inputs: Any, unbucketed: str | None) -> None:
+        """After a step: ``unbucketed`` says why its batch was not bucketed, or None."""
         after = compilations()
         if before is None or after is None or after <= before:
             return
@@ -343,7 +345,8 @@ class StepWatch:
                    for dim in range(len(shape))
                    if key in self.first and len(self.first[key]) == len(shape)
                    and shape[dim] != self.first[key][dim]]
-        fixes = [(key, dim, size, self.explain(key, dim, size)) for key, dim, size in varying]
+        fixes = [(key, dim, size, self.explain(key, dim, size, unbucketed))
+                 for key, dim, size in varying]
         fixes = [f for f in fixes if f[3] is not None]
         signature = tuple(sorted(shapes.items()))
         if not fixes or signature in self.seen:
@@ -361,11 +364,12 @@ class StepWatch:
             )
 
 
-def _explainer(trainer: Any, why_unbucketed: str | None,
-               sizes: tuple[int, ...]) -> Callable[[str, int, int], str | None]:
-    """What fixes a varying dimension of a training batch (None: it is a bucket)."""
+def _explainer(trainer: Any, sizes: tuple[int, ...]
+               ) -> Callable[[str, int, int, str | None], str | None]:
+    """What fixes a varying dimension of a training batch (None: it is a bucket), given why
+    the batch was not bucketed (None: it was)."""
 
-    def explain(key: str, dim: int, size: int) -> str | None:
+    def explain(key: str, dim: int, size: int, why_unbucketed: str | None) -> str | None:
         if dim == 0:
             if getattr(trainer.args, "auto_find_batch_size", False):
                 return None  # it shrinks the batch after running out of memory: expected
@@ -393,17 +397,22 @@ def _explainer(trainer: Any, why_unbucketed: str | None,
     return explain
 
 
-def _watched(step: Callable[..., Any], watch: StepWatch, static: bool) -> Callable[..., Any]:
+def _watched(step: Callable[..., Any], watch: StepWatch,
+             unbucketed: Callable[[Any], str | None]) -> Callable[..., Any]:
+    """``step`` watched for recompilations. A step whose batch is bucketed runs in static
+    graphs (one a bucket); one whose batch was left as it was (``unbucketed(batch)`` says
+    why) compiles as dynamo would without buckets, not one static graph a length."""
+
     @functools.wraps(step)
     def run(model: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
-        before = compilations()
+        before, why = compilations(), unbucketed(inputs)
         try:
-            if not static:
+            if why is not None:
                 return step(model, inputs, *args, **kwargs)
             with static_graphs():
                 return step(model, inputs, *args, **kwargs)
         finally:
-            watch.observe(before, inputs)
+            watch.observe(before, inputs, why)
 
     return ours(run)
 
@@ -486,12 +495,19 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     # a model the user compiled, or when asked for (the training graphs keep eager's losses)
     if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):
         group_rows(patches, trainer)
-    explain = _explainer(trainer, why, sizes)
+
+    def unbucketed(batch: Any) -> str | None:
+        collator = trainer.data_collator
+        if why is not None or not isinstance(collator, BucketingCollator):
+            return why
+        return collator.groups(batch)[1]
+
+    explain = _explainer(trainer, sizes)
     for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):
         step = getattr(trainer, name, None)
         if callable(step) and not is_ours(step):
             patches.set_on_instance(trainer, name,
-                                    _watched(step, StepWatch(where, explain), why is None))
+                                    _watched(step, StepWatch(where, explain), unbucketed))
 
 
 def install_trainer(registry: Registry, patches: Patches, module: types.ModuleType) -> None:

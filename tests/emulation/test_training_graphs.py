@@ -512,6 +512,70 @@ def test_trl_sft_with_its_defaults_trains_through_graphs(run):
     assert _close(on["losses"], off["losses"], 1e-2), (on, off)
 
 
+#: TRL's DPOTrainer with its defaults: its collator returns a ``completion_mask`` beside the
+#: ids, and its prompts and answers have lengths of their own (batches of 9 to 36 tokens).
+TRL_DPO = r"""
+import json, logging, random, tempfile
+import torch
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from trl import DPOConfig, DPOTrainer
+
+logging.basicConfig(level=logging.WARNING)
+words = {f"w{i}": i for i in range(90)} | {"<pad>": 90, "<eos>": 91, "<unk>": 92}
+model = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+model.pre_tokenizer = pre_tokenizers.Whitespace()
+tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>",
+                                    eos_token="<eos>", unk_token="<unk>")
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+    pad_token_id=90, eos_token_id=91))
+path = tempfile.mkdtemp()  # DPO loads its reference model from the policy's path
+model.save_pretrained(path)
+tokenizer.save_pretrained(path)
+rng = random.Random(0)
+def texts(n):
+    return [" ".join(f"w{rng.randrange(90)}" for _ in range(rng.randint(3, 17))) for _ in range(n)]
+data = Dataset.from_dict({"prompt": texts(48), "chosen": texts(48), "rejected": texts(48)})
+args = DPOConfig(output_dir=tempfile.mkdtemp(), max_steps=12, per_device_train_batch_size=4,
+                 report_to=[], save_strategy="no", logging_steps=1, disable_tqdm=True)
+lengths = []
+
+class Seen(DPOTrainer):
+    def training_step(self, model, inputs, *args, **kwargs):
+        lengths.append(int(inputs["input_ids"].shape[1]))
+        return super().training_step(model, inputs, *args, **kwargs)
+
+trainer = Seen(model=path, args=args, train_dataset=data, processing_class=tokenizer)
+trainer.train()
+print("RESULT" + json.dumps({
+    "lengths": lengths, "compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"],
+    "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
+                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+def test_trl_dpo_batches_land_on_buckets_and_compile_once_a_bucket(run):
+    env = {**ENV, "HPU_PLUGIN_BUCKETS_LENGTH": "32,64"}
+    done = run(TRL_DPO, env, timeout=900)
+    on = result_of(done.stdout)
+    off = result_of(run(TRL_DPO, {**env, "HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"},
+                        timeout=900).stdout)
+    print("lengths", sorted(set(on["lengths"])), sorted(set(off["lengths"])),
+          "graphs", on["compiled"], "losses", on["losses"][:3], off["losses"][:3])
+    # unpadded, the 12 batches have 9 lengths of their own, each one more static graph
+    assert len(set(off["lengths"])) > 4, off
+    assert set(on["lengths"]) <= {32, 64}, on
+    assert on["compiled"] <= 10, on  # the buckets' graphs (7 here; unpadded: 28)
+    assert "keeps compiling new graphs" not in done.stderr, done.stderr[-2000:]
+    assert _close(on["losses"], off["losses"], 1e-2), (on, off)
+
+
 #: A model of the user's own (no Transformers) whose blocks call the user's custom op, whose
 #: shape function is not written yet: Dynamo cannot trace it, so the blocks' graph fails to
 #: compile (``TorchRuntimeError``), where eager mode runs the op's kernel.

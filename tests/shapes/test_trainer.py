@@ -135,6 +135,33 @@ def test_recompiling_with_buckets_off_names_the_switch(run):
     assert "keeps compiling" not in bucketed
 
 
+#: A collator with a key of the user's own (per-token weights its Trainer pops), whose padding
+#: value the plugin cannot know: its batches are left as they are.
+OWN_KEY = _spread(TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
+    '"labels": pad("labels", -100)}', '"labels": pad("labels", -100), '
+    '"token_weights": pad("attention_mask", 0)}').replace(
+    "trainer = Trainer(", """class Weighted(Trainer):
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        inputs.pop("token_weights")
+        return super().compute_loss(model, inputs, *args, **kwargs)
+trainer = Weighted("""))
+
+
+@pytest.mark.e2e
+def test_batches_that_cannot_be_bucketed_compile_as_without_buckets(run):
+    """Left unpadded, they compile with dynamo's own dynamic shapes (as with buckets off),
+    not one static graph a length, and a warning names why they were not bucketed."""
+    output = run(OWN_KEY)
+    off = result_of(run(OWN_KEY, {"HPU_PLUGIN_BUCKETS": "0"}))
+    out = result_of(output)
+    assert out["wrapped"] == "BucketingCollator", out
+    assert len(out["losses"]) == 8
+    assert out["compilations"] <= off["compilations"], (out, off)
+    warnings = [line for line in output.splitlines() if "keeps compiling" in line]
+    assert len(warnings) == 1, output[-3000:]
+    assert "token_weights, whose padding value is unknown" in warnings[0], warnings
+
+
 GROUPING = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
     "trainer.train()\n", """import os
 def sampled(trainer):
