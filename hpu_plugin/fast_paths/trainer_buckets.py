@@ -129,12 +129,15 @@ class BucketingCollator:
     """
 
     def __init__(self, inner: Callable[..., Any], registry: Registry, pad_token: int,
-                 limit: int | None, causal: bool) -> None:
+                 limit: int | None, causal: bool, sequence_labels: bool = False) -> None:
         self.inner = inner
         self.registry = registry
         self.pad_token = pad_token
         self.limit = limit
         self.causal = causal
+        #: A sequence classifier's labels are one row a sequence (a multi-label classifier's
+        #: ``(batch, num_labels)``), never padded with its tokens.
+        self.sequence_labels = sequence_labels
 
     def __getattr__(self, name: str) -> Any:  # the collator's own settings stay visible
         return getattr(self.inner, name)
@@ -154,15 +157,16 @@ class BucketingCollator:
 
     def groups(self, batch: Any) -> tuple[list[tuple[int, list[str]]], str | None]:
         """The keys padded together (the input side, and a decoder side of its own length),
-        or none and why such a batch cannot be padded (None: it has no token ids)."""
+        or none and why such a batch is not padded."""
         import torch
 
         ids = batch.get("input_ids") if hasattr(batch, "get") else None
         if getattr(ids, "ndim", 0) != 2:
-            return [], None
+            return [], "the batches carry no input_ids of shape (batch, length)"
         length = int(ids.shape[1])
         sequences = {k: int(v.shape[1]) for k, v in batch.items()
-                     if isinstance(v, torch.Tensor) and v.ndim == 2}
+                     if isinstance(v, torch.Tensor) and v.ndim == 2
+                     and not (k == "labels" and self.sequence_labels)}
         inputs = [k for k, n in sequences.items() if n == length]
         decoder = [k for k in DECODER_KEYS if k in sequences and sequences[k] != length]
         decoder_length = sequences[decoder[0]] if decoder else None
@@ -452,7 +456,8 @@ def _bucket_collator(registry: Registry, patches: Patches,
         why = buckets_off_by("length")
         return why or "the hpu_shape_buckets hook returned no length buckets", sizes
     patches.set_on_instance(trainer, "data_collator", BucketingCollator(
-        collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model)))
+        collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model),
+        _head(trainer.model).endswith("ForSequenceClassification")))
     return None, sizes
 
 

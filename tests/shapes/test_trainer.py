@@ -162,6 +162,56 @@ def test_batches_that_cannot_be_bucketed_compile_as_without_buckets(run):
     assert "token_weights, whose padding value is unknown" in warnings[0], warnings
 
 
+#: A multi-label classifier with the Trainer's defaults: its labels are one float row a
+#: sequence, ``(batch, num_labels)``, beside token ids of varying length.
+MULTI_LABEL = """
+import json, random, torch
+from tokenizers import Tokenizer, models
+from transformers import (PreTrainedTokenizerFast, Trainer, TrainingArguments, BertConfig,
+                          BertForSequenceClassification, DataCollatorWithPadding)
+vocab = {"[PAD]": 0, "[UNK]": 1, **{f"w{i}": i for i in range(2, 100)}}
+tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, "[UNK]")),
+                              pad_token="[PAD]", unk_token="[UNK]")
+torch.manual_seed(0)
+model = BertForSequenceClassification(BertConfig(
+    vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_labels=5, problem_type="multi_label_classification",
+    pad_token_id=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+rng = random.Random(0)
+rows = []
+for i in range(16):
+    n = rng.randint(3, 40)
+    rows.append({"input_ids": [2 + (i * 7 + j) % 97 for j in range(n)], "attention_mask": [1] * n,
+                 "labels": [float((i + k) % 2) for k in range(5)]})
+seen = []
+class Seen(Trainer):
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        seen.append([list(inputs["input_ids"].shape), list(inputs["labels"].shape)])
+        return super().compute_loss(model, inputs, *args, **kwargs)
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-multilabel", max_steps=6,
+                         per_device_train_batch_size=4, report_to=[], save_strategy="no",
+                         logging_steps=1, seed=0)
+trainer = Seen(model=model, args=args, train_dataset=rows,
+               data_collator=DataCollatorWithPadding(tok))
+trainer.train()
+print("RESULT" + json.dumps({"seen": seen, "losses": [
+    e["loss"] for e in trainer.state.log_history if "loss" in e]}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_multi_label_classifiers_labels_are_not_padded_with_its_tokens(run):
+    """Its token ids land on length buckets; its labels keep one row of num_labels a
+    sequence (padded as a second sequence they failed BCE's shape check)."""
+    on = result_of(run(MULTI_LABEL))
+    off = result_of(run(MULTI_LABEL, {"HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"}))
+    assert {length for (_, length), _ in on["seen"]} <= {64}, on["seen"]
+    assert all(labels == [4, 5] for _, labels in on["seen"]), on["seen"]
+    assert len(on["losses"]) == 6
+    assert all(abs(a - b) <= 1e-4 + 1e-4 * abs(b)
+               for a, b in zip(on["losses"], off["losses"], strict=True)), (on, off)
+
+
 GROUPING = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
     "trainer.train()\n", """import os
 def sampled(trainer):
