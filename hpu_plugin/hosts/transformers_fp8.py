@@ -313,7 +313,8 @@ def quantizer_class() -> type:
                 # Neural Compressor's convert takes each weight to the Gaudi as it quantizes
                 # it, then the rest of the model: loaded on the CPU, the device never holds
                 # the bf16 model, so a model too big for one Gaudi in bf16 loads in fp8 (as
-                # optimum-habana loads it). The model ends where the hook placed it.
+                # optimum-habana loads it). It ends on the current HPU ("hpu"), the one
+                # device of a Gaudi process, where the hook's answer places it.
                 say_once("fp8-cpu-load", logging.INFO,
                          "hpu_plugin: %s: loading on the CPU; Neural Compressor moves each "
                          "weight to the Gaudi as it converts it to fp8.", QUANT_METHOD)

@@ -462,6 +462,38 @@ def test_a_fused_kernels_intermediates_are_its_workspace_not_device_memory(run):
     """, {"HPU_PLUGIN_EMULATE_MEMORY": "16MiB"})
 
 
+def test_a_fused_kernel_that_raises_leaves_the_peak_as_it_was(run):
+    """Its intermediates, still alive in the exception's frames, are workspace too; a kernel
+    inside another is part of the outer one."""
+    run("""
+        import torch
+        from hpu_emulator import counters
+
+        @counters.counted(counters.FUSED_KERNEL)
+        def inner(x):
+            return (x.float() * 2).to(x.dtype)  # 4 MiB of float32 on the way
+
+        @counters.counted(counters.FUSED_KERNEL)
+        def refusing(x):
+            doubled = inner(x).float() + 1  # 4 MiB more, kept until the error is gone
+            raise RuntimeError(f"refused after {doubled.numel()} values")
+
+        x = torch.ones(1024 * 1024, dtype=torch.bfloat16, device="hpu")
+        torch.hpu.reset_peak_memory_stats()
+        before = torch.hpu.memory_allocated()
+        try:
+            refusing(x)
+        except RuntimeError as e:
+            assert "refused after" in str(e), e
+        assert torch.hpu.max_memory_allocated() == before, (
+            torch.hpu.max_memory_allocated(), before)
+        assert torch.hpu.memory_allocated() == before
+        out = inner(x)
+        assert torch.hpu.max_memory_allocated() == before + 2 * 1024 * 1024
+        print("ok")
+    """)
+
+
 def test_a_fused_kernels_output_past_the_device_memory_fails(run):
     run("""
         import torch

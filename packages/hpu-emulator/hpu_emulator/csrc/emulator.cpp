@@ -2034,7 +2034,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     for (int d = 0; d < hpu_emu::kMaxDevices; ++d)
       hpu_emu::t_workspace_entry[d] = hpu_emu::g_stats[d].in_use.load();
   });
-  // check: the kernel returned (its outputs are allocated); false when it raised
+  // check: the kernel returned (its outputs are allocated); false when it raised. The
+  // workspace is not capped: a kernel's intermediates are never checked against the limit.
   m.def("leave_workspace", [](bool check) {
     if (hpu_emu::t_workspace_depth == 0 || --hpu_emu::t_workspace_depth > 0) return;
     for (int d = 0; d < hpu_emu::kMaxDevices; ++d) {
@@ -2043,7 +2044,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       if (check && hpu_emu::g_config.memory_limit > 0 && now > hpu_emu::g_config.memory_limit &&
           now > before)
         hpu_emu::raise_out_of_memory(static_cast<c10::DeviceIndex>(d), now - before, before);
-      hpu_emu::raise_peak(s, now);
+      // a kernel that raised returns nothing: what is still allocated is its workspace,
+      // alive in the exception's frames
+      if (check) hpu_emu::raise_peak(s, now);
     }
   });
   m.def("enter_launch", [] { ++hpu_emu::t_launch_depth; });
