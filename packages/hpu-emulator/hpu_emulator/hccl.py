@@ -8,7 +8,10 @@ A barrier of an ``hccl`` group goes straight to its backend, as the bridge's
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -82,6 +85,25 @@ def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[i
     return [int(store.get(f"{prefix}{r}").decode()) for r in range(size)]
 
 
+#: The gloo groups that stand in for HCCL in this process, shut down at exit.
+_groups: weakref.WeakSet[Any] = weakref.WeakSet()
+_exit_lock = threading.Lock()
+_at_exit: list[bool] = []  # registered once
+
+
+def _shut_down_groups() -> None:
+    """Gloo's worker threads may still hold work whose tensors refer to Python objects; when
+    they are destroyed during the interpreter's finalization, the process aborts ("terminate
+    called without an active exception", pytorch/pytorch#179291), where HCCL exits cleanly.
+    At exit the interpreter is still whole, so the groups are shut down then (a group the
+    program destroyed already is shut down again, which does nothing)."""
+    for group in list(_groups):
+        try:
+            group.shutdown()
+        except Exception:  # at exit there is nobody left to catch it
+            pass
+
+
 def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
 
@@ -96,12 +118,19 @@ def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> 
             dist_backend_opts.store, rank, size, str(dist_backend_opts.group_id)
         )
         check_module_group(modules)
-    return ProcessGroupGloo(
+    group = ProcessGroupGloo(
         dist_backend_opts.store,
         dist_backend_opts.group_rank,
         dist_backend_opts.group_size,
         dist_backend_opts.timeout,
     )
+    if hasattr(group, "shutdown"):
+        with _exit_lock:
+            if not _at_exit:
+                atexit.register(_shut_down_groups)
+                _at_exit.append(True)
+            _groups.add(group)
+    return group
 
 
 def _hccl_barrier(original: Callable[..., Any]) -> Callable[..., Any]:
