@@ -463,13 +463,14 @@ def test_packed_sequences_given_by_position_ids_keep_their_own_mask(run):
 
 #: TRL's SFTTrainer as its documentation writes it (its defaults: gradient checkpointing on),
 #: with a word-level tokenizer and a tiny Llama built here.
-TRL_SFT = STEPS + r"""
-import json, tempfile
+#: A word-level tokenizer and a tiny Llama built here, for the TRL scripts below (with
+#: ``POSITIONS`` replaced by the model's largest position).
+TINY_TRL_LLAMA = r"""
+import json, logging, random, tempfile
 import torch
 from datasets import Dataset
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-from trl import SFTConfig, SFTTrainer
 
 words = {f"w{i}": i for i in range(90)} | {"<pad>": 90, "<eos>": 91, "<unk>": 92}
 model = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
@@ -479,8 +480,13 @@ tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>",
 torch.manual_seed(0)
 model = LlamaForCausalLM(LlamaConfig(
     vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=POSITIONS,
     pad_token_id=90, eos_token_id=91))
+"""
+
+TRL_SFT = STEPS + TINY_TRL_LLAMA.replace("POSITIONS", "64") + r"""
+from trl import SFTConfig, SFTTrainer
+
 data = Dataset.from_dict({"text": [" ".join(f"w{(i * 7 + j * 3) % 90}" for j in range(8 + i % 9))
                                    for i in range(32)]})
 
@@ -514,25 +520,10 @@ def test_trl_sft_with_its_defaults_trains_through_graphs(run):
 
 #: TRL's DPOTrainer with its defaults: its collator returns a ``completion_mask`` beside the
 #: ids, and its prompts and answers have lengths of their own (batches of 9 to 36 tokens).
-TRL_DPO = r"""
-import json, logging, random, tempfile
-import torch
-from datasets import Dataset
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+TRL_DPO = TINY_TRL_LLAMA.replace("POSITIONS", "128") + r"""
 from trl import DPOConfig, DPOTrainer
 
 logging.basicConfig(level=logging.WARNING)
-words = {f"w{i}": i for i in range(90)} | {"<pad>": 90, "<eos>": 91, "<unk>": 92}
-model = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
-model.pre_tokenizer = pre_tokenizers.Whitespace()
-tokenizer = PreTrainedTokenizerFast(tokenizer_object=model, pad_token="<pad>",
-                                    eos_token="<eos>", unk_token="<unk>")
-torch.manual_seed(0)
-model = LlamaForCausalLM(LlamaConfig(
-    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-    pad_token_id=90, eos_token_id=91))
 path = tempfile.mkdtemp()  # DPO loads its reference model from the policy's path
 model.save_pretrained(path)
 tokenizer.save_pretrained(path)
