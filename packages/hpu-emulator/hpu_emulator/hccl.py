@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import os
-import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -87,8 +86,6 @@ def _exchange_modules(store: Any, rank: int, size: int, group_id: str) -> list[i
 
 #: The gloo groups that stand in for HCCL in this process, shut down at exit.
 _groups: weakref.WeakSet[Any] = weakref.WeakSet()
-_exit_lock = threading.Lock()
-_at_exit: list[bool] = []  # registered once
 
 
 def _shut_down_groups() -> None:
@@ -103,6 +100,8 @@ def _shut_down_groups() -> None:
         except Exception:  # at exit there is nobody left to catch it
             pass
 
+
+atexit.register(_shut_down_groups)
 
 def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> Any:
     from torch.distributed import ProcessGroupGloo
@@ -125,11 +124,7 @@ def _create_process_group_hccl(dist_backend_opts: Any, backend_options: Any) -> 
         dist_backend_opts.timeout,
     )
     if hasattr(group, "shutdown"):
-        with _exit_lock:
-            if not _at_exit:
-                atexit.register(_shut_down_groups)
-                _at_exit.append(True)
-            _groups.add(group)
+        _groups.add(group)
     return group
 
 
