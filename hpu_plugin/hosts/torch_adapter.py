@@ -1,7 +1,8 @@
 """torch: ``torch.compile`` and ``init_process_group`` ask the registry; ``torch.hpu.device``
 restores nothing its enter did not change; a device mesh on ``hpu`` is checked against the
 Gaudi rule of device groups when it is built; a call selecting another device index than the
-process's one keeps the Gaudi software's error, with a hint.
+process's one keeps the Gaudi software's error, with a hint, and a ``DistributedDataParallel``
+bound to another index is refused before its first step.
 
 ``torch.compile`` is replaced as soon as activation runs (the end of ``torch/__init__``),
 so a ``@torch.compile`` decorator in modeling code imported afterwards is covered, whoever
@@ -389,6 +390,42 @@ def install_device_index_hint(patches: Patches) -> None:
         patches.set(context, "__enter__", with_one_device_hint(original))
 
 
+DDP_CHECK = "DistributedDataParallel device check"
+
+
+def make_ddp_init(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``DistributedDataParallel.__init__`` that refuses, once DDP has read its arguments,
+    a module on ``hpu`` bound to another index than 0 (``device_ids=[local_rank]``, as CUDA
+    recipes write it). DDP would move every input there at the first forward and fail on each
+    rank but the first with the device guard's bare error. What DDP resolved is checked, not
+    the call, so a wrapper that drops the ids (the GPU Migration Toolkit's) is seen."""
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        ids = getattr(self, "device_ids", None)
+        if getattr(self, "device_type", None) == DEVICE_TYPE and ids and ids[0] != 0:
+            raise ValueError(
+                f"DistributedDataParallel(device_ids={ids!r}) binds the module to hpu:{ids[0]}:"
+                " a Gaudi process drives one device, always hpu:0 (the launcher's LOCAL_RANK "
+                "chooses which module it is). Fix: leave device_ids out "
+                "(DistributedDataParallel(model)), or pass device_ids=[0] on every rank.")
+
+    return ours(__init__)
+
+
+def install_ddp_device_check(patches: Patches) -> None:
+    try:
+        from torch.nn.parallel import DistributedDataParallel
+    except ImportError:  # a torch built without distributed
+        record_out("torch", DDP_CHECK, "torch.nn.parallel.DistributedDataParallel is missing")
+        return
+    original = original_of(DistributedDataParallel, "__init__", "torch", DDP_CHECK,
+                           "torch.nn.parallel.DistributedDataParallel.__init__", own=True)
+    if original is not None:
+        patches.set(DistributedDataParallel, "__init__", make_ddp_init(original))
+
+
 MESH = "device mesh check"
 
 
@@ -444,4 +481,5 @@ def install(registry: Registry, patches: Patches) -> None:
     install_distributed(registry, patches)
     install_device_context(patches)
     install_device_index_hint(patches)
+    install_ddp_device_check(patches)
     install_device_mesh(patches)

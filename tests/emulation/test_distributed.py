@@ -85,6 +85,40 @@ def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
     assert "rank 0 ok" in out.stdout and "rank 1 ok" in out.stdout
 
 
+CUDA_RECIPE_DDP = """
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group()
+local_rank = int(os.environ["LOCAL_RANK"])
+torch.hpu.set_device(local_rank)
+model = torch.nn.Linear(4, 2).to("hpu")
+try:
+    DDP(model, device_ids=[local_rank])  # the CUDA recipe with "cuda" replaced by "hpu"
+except ValueError as exc:
+    print(f"rank {local_rank} refused: {exc}")
+else:
+    print(f"rank {local_rank} built")
+ddp = DDP(model)  # the fix the refusal names
+ddp(torch.randn(3, 4, device="hpu")).sum().backward()
+dist.destroy_process_group()
+print(f"rank {local_rank} trained")
+"""
+
+
+def test_ddp_bound_to_the_local_rank_is_refused_with_the_fix(run, tmp_path):
+    # Without the check, rank 1's first forward fails in the device guard ("habana active
+    # device: 1 != 0") and rank 0 sees its peer gone.
+    out = _torchrun(run, tmp_path, CUDA_RECIPE_DDP, {"HPU_PLUGIN_EMULATE_DEVICES": "2"})
+    assert "rank 0 built" in out.stdout, out.stdout
+    refusal = next(line for line in out.stdout.splitlines() if line.startswith("rank 1 refused"))
+    assert "device_ids=[1]" in refusal and "hpu:0" in refusal, refusal
+    assert "leave device_ids out" in refusal and "device_ids=[0]" in refusal, refusal
+    assert "rank 0 trained" in out.stdout and "rank 1 trained" in out.stdout, out.stdout
+
+
 TRAINER = """
 import tempfile
 import torch
