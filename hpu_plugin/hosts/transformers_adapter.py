@@ -254,10 +254,11 @@ def install_experts(registry: Registry, patches: Patches, module: types.ModuleTy
     ``batched_mm`` on Gaudi instead of Transformers' default ``grouped_mm``.
 
     ``grouped_mm`` counts each expert's tokens with ``torch.histc`` on int32 on every device
-    but CPU and MPS, and the bridge has no HPU kernel for ``aten::histc`` (nor for
-    ``aten::_grouped_mm``; gaudi-pytorch-bridge ``scripts/ops_list/ops_table.csv``): it
-    goes to the CPU fallback, where the CPU kernel refuses int32 ("histogram_cpu" not
-    implemented for 'Int'), so Mixtral, Qwen3-MoE or GPT-OSS fail in their first forward.
+    but CPU and MPS, and the bridge has no HPU kernel for ``aten::histc`` nor for
+    ``aten::_grouped_mm`` (gaudi-pytorch-bridge ``scripts/ops_list/ops_table.csv``): both go
+    to the CPU fallback, whose kernel refuses an integer histc ("histogram_cpu" not
+    implemented for 'Int'; the plugin's own HPU kernel for it is in
+    :mod:`.transformers_gaudi_ops`), and every layer's experts would run on the host.
     Transformers decides once, in ``get_correct_experts_implementation`` (init and
     ``set_experts_implementation``), before any weight is on a device, with no per-device
     default; the choice is made there, on Transformers' own interface, so the config says
@@ -290,9 +291,9 @@ def install_experts(registry: Registry, patches: Patches, module: types.ModuleTy
         if requested_experts is None and chosen == DEFAULT_EXPERTS and registry.device_available():
             say_once(
                 "experts-batched-mm", logging.INFO,
-                "hpu_plugin: %s names no experts_implementation; using %r on Gaudi (%r counts "
-                "tokens with torch.histc on int32, which Gaudi has no kernel for). Pass "
-                "experts_implementation=... to choose.",
+                "hpu_plugin: %s names no experts_implementation; using %r on Gaudi (%r runs "
+                "aten::_grouped_mm, which Gaudi has no kernel for: it would run on the CPU). "
+                "Pass experts_implementation=... to choose.",
                 type(self).__name__, GAUDI_EXPERTS, DEFAULT_EXPERTS,
             )
             return GAUDI_EXPERTS

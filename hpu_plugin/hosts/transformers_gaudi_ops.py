@@ -17,6 +17,13 @@ original's side effects on Gaudi must happen here instead. What the original doe
   synStatus 26). Kept here for those releases on that generation, for both overloads.
 - ``torch.compile`` defaulting to ``hpu_backend`` is the compile plugin's.
 
+One workaround is the plugin's own, for code Transformers 5 runs on every device but CPU and
+MPS: ``torch.histc`` of an integer tensor (the mixture-of-experts models' auxiliary loss
+counts each expert's tokens so when no attention mask is given). The bridge has no HPU
+kernel for ``aten::histc``, and its CPU fallback's kernel refuses integers ("histogram_cpu"
+not implemented for 'Int'); the count runs on a float32 copy, as Transformers counts on the
+CPU, and comes back in the input's dtype, as CUDA gives it.
+
 Transformers wraps the Python functions, which would put a Python frame on every CPU
 ``gather``. Here each workaround is a kernel for the HPU dispatch key that does the
 workaround and calls the kernel registered before it (``torch.library.get_kernel``: the
@@ -95,6 +102,18 @@ def _masked_fill_(original: Any) -> Callable[..., Any]:
     return masked_fill_
 
 
+def _histc(original: Any) -> Callable[..., Any]:
+    import torch
+
+    def histc(keyset: Any, self: Any, bins: int = 100, min: Any = 0, max: Any = 0) -> Any:
+        if self.is_floating_point():
+            return original.call_boxed(keyset, self, bins, min, max)
+        counts = original.call_boxed(keyset, self.to(torch.float32), bins, min, max)
+        return counts.to(self.dtype)
+
+    return histc
+
+
 #: aten op (with overload) -> (first Transformers release doing it, the workaround around
 #: the kernel registered before it).
 WORKAROUNDS: dict[str, tuple[tuple[int, int], Callable[[Any], Callable[..., Any]]]] = {
@@ -102,6 +121,7 @@ WORKAROUNDS: dict[str, tuple[tuple[int, int], Callable[[Any], Callable[..., Any]
     "scatter.src": ((4, 54), _scatter),
     "scatter.reduce": ((4, 54), _scatter),
     "linalg_cholesky_ex": ((4, 54), _cholesky_ex),
+    "histc": ((4, 51), _histc),  # the plugin's own: with every release it supports
 }
 
 #: aten op -> (first release, first release without it, workaround): first-generation Gaudi
@@ -160,7 +180,8 @@ def install(patches: Patches, transformers_release: tuple[int, ...]) -> bool:
         if get_kernel is None:
             say_once("gaudi-ops-torch", logging.WARNING,
                      "hpu_plugin: torch %s has no torch.library.get_kernel; Transformers' "
-                     "Gaudi workarounds (int64 gather, scatter, cholesky) are not installed.",
+                     "Gaudi workarounds (int64 gather, scatter, cholesky) and the integer "
+                     "histc are not installed.",
                      torch.__version__)
             return False
         library = torch.library.Library("aten", "IMPL")

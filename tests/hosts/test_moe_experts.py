@@ -1,11 +1,12 @@
 """Mixture-of-experts models on ``hpu`` with unchanged code: a model that names no
 ``experts_implementation`` gets ``batched_mm`` from the Transformers adapter and gives the
 CPU's greedy tokens and AdamW losses (tiny Mixtral, Qwen3-MoE, GPT-OSS on the emulated
-Gaudi); a model that names ``grouped_mm`` keeps it and fails as on Gaudi, whose bridge has no
-HPU kernel for ``aten::histc`` (its CPU fallback refuses int32); without the adapter the
-default model fails the same way. The ``fused_moe`` fast path is off here
-(``HPU_PLUGIN_FAST_MOE=0``): this is the adapter's own choice; ``test_fused_moe`` covers the
-fused kernel that takes its place where it fits."""
+Gaudi). ``grouped_mm`` and the router's auxiliary loss without a mask count tokens with
+``torch.histc`` on int32, for which the bridge has no HPU kernel (its CPU fallback refuses
+integers): the plugin's HPU kernel counts them, so a model that names ``grouped_mm`` keeps it
+and runs, and the auxiliary loss is the CPU's; without the adapters the default model fails.
+The ``fused_moe`` fast path is off here (``HPU_PLUGIN_FAST_MOE=0``): this is the adapter's own
+choice; ``test_fused_moe`` covers the fused kernel that takes its place where it fits."""
 
 from __future__ import annotations
 
@@ -43,6 +44,11 @@ for name in MODELS:
         "cpu_losses": train(made(name, "cpu", experts_implementation="grouped_mm"), "cpu"),
         "hpu_losses": train(made(name, "hpu"), "hpu"),
         "named": failure(name, experts_implementation="grouped_mm"),
+        # the router's auxiliary loss without an attention mask counts tokens with histc
+        "aux": [[float(getattr(out, key)) for key in ("aux_loss", "loss")] for out in (
+            made(name, device, experts_implementation="grouped_mm")(
+                input_ids=ROWS.to(device), labels=ROWS.to(device), output_router_logits=True)
+            for device in ("cpu", "hpu"))],
     }
 hosts.uninstall()
 result["without"] = failure("mixtral")
@@ -80,10 +86,20 @@ def test_adamw_losses_are_the_cpus(moe, name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_named_grouped_mm_is_kept_and_fails_as_on_gaudi(moe, name):
+def test_a_named_grouped_mm_is_kept_and_runs(moe, name):
+    # its integer histc runs by the plugin's HPU kernel, aten::_grouped_mm by the bridge's
+    # CPU fallback, as every op without an HPU kernel
     chosen, error = moe[name]["named"]
-    assert chosen == "grouped_mm"
-    assert error is not None and "histogram_cpu" in error and "'Int'" in error
+    assert chosen == "grouped_mm" and error is None, error
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_router_loss_without_a_mask_is_the_cpus(moe, name):
+    # Transformers counts each expert's tokens with torch.histc on int32 off the CPU; the
+    # bridge's CPU fallback refuses integers, and the plugin's HPU kernel counts in float32
+    cpu, hpu = moe[name]["aux"]
+    assert hpu == pytest.approx(cpu, rel=1e-5), (cpu, hpu)
+    assert cpu[0] > 0
 
 
 def test_without_the_adapter_the_default_fails(moe):
