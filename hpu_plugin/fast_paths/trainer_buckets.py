@@ -105,6 +105,12 @@ def _is_causal_lm(model: Any) -> bool:
     return _head(model).endswith(("ForCausalLM", "LMHeadModel"))
 
 
+def _router_loss(model: Any) -> bool:
+    """Does the model add its routers' auxiliary loss? Without an attention mask that loss
+    counts every position, padding included (``load_balancing_loss_func``)."""
+    return bool(getattr(getattr(model, "config", None), "output_router_logits", False))
+
+
 def _padding_changes_training(trainer: Any) -> str | None:
     """Why padding this Trainer's batches would change what it trains, or None."""
     head = _head(trainer.model)
@@ -129,12 +135,14 @@ class BucketingCollator:
     """
 
     def __init__(self, inner: Callable[..., Any], registry: Registry, pad_token: int,
-                 limit: int | None, causal: bool, sequence_labels: bool = False) -> None:
+                 limit: int | None, causal: bool, sequence_labels: bool = False,
+                 router_loss: bool = False) -> None:
         self.inner = inner
         self.registry = registry
         self.pad_token = pad_token
         self.limit = limit
         self.causal = causal
+        self.router_loss = router_loss
         #: A sequence classifier's labels are one row a sequence (a multi-label classifier's
         #: ``(batch, num_labels)``), never padded with its tokens.
         self.sequence_labels = sequence_labels
@@ -178,6 +186,9 @@ class BucketingCollator:
         if "attention_mask" not in inputs and not self.causal:
             return [], ("the batches have no attention_mask, and the model's attention is "
                         "not known to be causal")
+        if "attention_mask" not in inputs and self.router_loss:
+            return [], ("the batches have no attention_mask, and the model's router loss "
+                        "(output_router_logits) counts every position")
         groups = [(length, inputs)]
         if decoder_length is not None:
             groups.append((decoder_length, decoder))
@@ -457,7 +468,8 @@ def _bucket_collator(registry: Registry, patches: Patches,
         return why or "the hpu_shape_buckets hook returned no length buckets", sizes
     patches.set_on_instance(trainer, "data_collator", BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model),
-        _head(trainer.model).endswith("ForSequenceClassification")))
+        _head(trainer.model).endswith("ForSequenceClassification"),
+        _router_loss(trainer.model)))
     return None, sizes
 
 

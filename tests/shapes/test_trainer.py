@@ -212,6 +212,48 @@ def test_a_multi_label_classifiers_labels_are_not_padded_with_its_tokens(run):
                for a, b in zip(on["losses"], off["losses"], strict=True)), (on, off)
 
 
+#: A mixture-of-experts model adding its routers' auxiliary loss, with the Trainer's defaults:
+#: rows of 20 tokens, with or without an attention mask (``MASK``).
+ROUTER_LOSS = """
+import json, torch
+from transformers import MixtralConfig, MixtralForCausalLM, Trainer, TrainingArguments
+torch.manual_seed(0)
+model = MixtralForCausalLM(MixtralConfig(
+    vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+    output_router_logits=True, router_aux_loss_coef=0.5))
+rows = [torch.randint(3, 127, (20,), generator=torch.Generator().manual_seed(i))
+        for i in range(8)]
+rows = [{"input_ids": r, "labels": r, **({"attention_mask": torch.ones_like(r)} if MASK else {})}
+        for r in rows]
+seen = []
+class Seen(Trainer):
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        seen.append(inputs["input_ids"].shape[1])
+        return super().compute_loss(model, inputs, *args, **kwargs)
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-router-loss", max_steps=3,
+                         per_device_train_batch_size=4, report_to=[], save_strategy="no",
+                         logging_steps=1, seed=0)
+trainer = Seen(model=model, args=args, train_dataset=rows)
+trainer.train()
+print("RESULT" + json.dumps({"seen": seen, "losses": [
+    e["loss"] for e in trainer.state.log_history if "loss" in e]}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_router_loss_without_an_attention_mask_keeps_its_batches_lengths(run):
+    """Without a mask the routers' loss counts every position, so padding would change it:
+    such batches keep their length; with a mask they are padded, and the mask keeps the
+    padding out of the loss."""
+    bare = result_of(run(ROUTER_LOSS.replace("if MASK", "if False")))
+    masked = result_of(run(ROUTER_LOSS.replace("if MASK", "if True")))
+    assert set(bare["seen"]) == {20}, bare["seen"]
+    assert set(masked["seen"]) != {20}, masked["seen"]  # padded to a length bucket
+    assert len(bare["losses"]) == 3
+    assert bare["losses"] == pytest.approx(masked["losses"], rel=1e-4), (bare, masked)
+
+
 GROUPING = TRAIN.replace(", PAD_ARG", "").replace("COLLATOR", "collate").replace(
     "trainer.train()\n", """import os
 def sampled(trainer):
