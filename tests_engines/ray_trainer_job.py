@@ -1,5 +1,6 @@
 """Ray Train as a Gaudi user runs it: ``TorchTrainer`` with one HPU per worker and hccl,
-whose train loop is an unchanged Transformers ``Trainer`` on a tiny model built from a config.
+whose train loop is an unchanged Transformers ``Trainer`` on a tiny model built from a config,
+then (under Ray) a plain torch loop through Ray's ``prepare_model``.
 
 ``python ray_trainer_job.py OUT`` runs it with Ray on a one-node cluster it starts;
 ``... OUT --address HOST:PORT --workers N`` on a running cluster (``ray start`` on each
@@ -60,6 +61,7 @@ def train_loop(config=None):
     Trainer(model=model, args=args, train_dataset=Data(), callbacks=[losses]).train()
     flat = torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
     rank = dist.get_rank()
+    plain = plain_loop(rank) if config and config.get("ray") else {}
     with open(os.path.join(OUT, f"rank{rank}.json"), "w") as f:
         json.dump({
             "rank": rank, "world": dist.get_world_size(), "backend": dist.get_backend(),
@@ -69,8 +71,35 @@ def train_loop(config=None):
             "local_world": os.environ.get("LOCAL_WORLD_SIZE"),
             "node_rank": os.environ.get("NODE_RANK") or os.environ.get("GROUP_RANK"),
             "server": os.environ.get("HPU_PLUGIN_EMULATE_MODULES"),
-            "losses": losses.seen, "checksum": float(flat.double().sum()),
+            "losses": losses.seen, "checksum": float(flat.double().sum()), "plain": plain,
         }, f)
+
+
+def plain_loop(rank):
+    """A plain torch loop as Ray Train's guide writes it: ``prepare_model`` (DDP on the
+    worker's device) and ``get_device``, different data on each worker."""
+    import ray.train.torch
+    import torch
+
+    device = ray.train.torch.get_device()
+    torch.manual_seed(0)
+    net = ray.train.torch.prepare_model(torch.nn.Linear(4, 2))
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(rank * 10 + step))
+        net(x.to(device)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    flat = torch.cat([p.detach().reshape(-1).cpu() for p in net.parameters()])
+    return {"wrapped": type(net).__name__, "device": str(device),
+            "param_device": str(next(net.parameters()).device),
+            "checksum": float(flat.double().sum())}
+
+
+def ray_loop(config):
+    """The loop under Ray Train, which passes ``train_loop_config`` to a function only when
+    it takes one required argument."""
+    train_loop(config)
 
 
 def option(name: str, default: str | None = None) -> str | None:
@@ -104,7 +133,8 @@ def with_ray() -> None:
         # RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S and retry without end.
         sys.exit(f"Ray found {hpus:g} HPU(s); the job needs {workers}")
     trainer = TorchTrainer(
-        train_loop,
+        ray_loop,
+        train_loop_config={"ray": True},
         scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"HPU": 1}),
         torch_config=TorchConfig(backend="hccl"),
         run_config=RunConfig(storage_path=os.path.join(OUT, "ray_results"), name="job"),

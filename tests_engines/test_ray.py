@@ -127,6 +127,18 @@ def test_torch_trainer_fits_an_unchanged_transformers_trainer(ray_fit):
     assert ranks[0]["checksum"] == ranks[1]["checksum"]  # DDP kept the replicas equal
 
 
+def test_prepare_model_wraps_a_plain_loop_in_ddp_on_the_hpu(ray_fit):
+    """Ray Train's ``prepare_model`` moves the model to ``get_device()`` (``hpu``, Ray's HPU
+    device manager's answer) and wraps it in DDP, which keeps the replicas equal."""
+    code, output, ranks = ray_fit
+    assert code == 0, output[-6000:]
+    plain = [r["plain"] for r in ranks]
+    assert [p["wrapped"] for p in plain] == ["DistributedDataParallel"] * 2
+    assert {p["device"] for p in plain} == {"hpu"}
+    assert {p["param_device"] for p in plain} == {"hpu:0"}
+    assert plain[0]["checksum"] == plain[1]["checksum"]
+
+
 @pytest.mark.engines_full
 def test_torch_trainer_trains_as_the_same_loop_under_torchrun(ray_fit, tmp_path):
     """The losses and parameters Ray Train gives are those of the same Trainer loop started

@@ -393,18 +393,45 @@ def install_device_index_hint(patches: Patches) -> None:
 DDP_CHECK = "DistributedDataParallel device check"
 
 
+def _bare_hpu(device: object) -> bool:
+    """``torch.device("hpu")`` or ``"hpu"``: the current Gaudi, named without its index."""
+    return device == DEVICE_TYPE or (getattr(device, "type", None) == DEVICE_TYPE
+                                     and getattr(device, "index", 0) is None)
+
+
 def make_ddp_init(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``DistributedDataParallel.__init__`` that refuses, once DDP has read its arguments,
-    a module on ``hpu`` bound to another index than 0 (``device_ids=[local_rank]``, as CUDA
-    recipes write it). DDP would move every input there at the first forward and fail on each
-    rank but the first with the device guard's bare error. What DDP resolved is checked, not
-    the call, so a wrapper that drops the ids (the GPU Migration Toolkit's) is seen."""
+    """``DistributedDataParallel.__init__`` for a module on ``hpu``, on two counts.
+
+    A device named without its index (``device_ids=[torch.device("hpu")]``, what Ray Train's
+    ``prepare_model`` passes) means the current device; torch finds the current index of
+    CUDA, XPU, MPS, MTIA and PrivateUse1 devices only, and for HPU hands ``[None]`` on, which
+    DDP's logger refuses with a ``TypeError``. The current index is filled in.
+
+    A module bound to another index than 0 (``device_ids=[local_rank]``, as CUDA recipes write
+    it) is refused once DDP has read its arguments: DDP would move every input there at the
+    first forward and fail on each rank but the first with the device guard's bare error.
+    What DDP resolved is checked, not the call, so a wrapper that drops the ids (the GPU
+    Migration Toolkit's) is seen."""
+    signature = inspect.signature(original)
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # DDP reports its own arguments
+            bound = None
+        ids = None if bound is None else bound.arguments.get("device_ids")
+        if isinstance(ids, list | tuple) and ids and all(map(_bare_hpu, ids)):
+            import torch
+
+            current = torch.device(DEVICE_TYPE, torch.hpu.current_device())
+            bound.arguments["device_ids"] = [current]  # type: ignore[union-attr]
+            if _bare_hpu(bound.arguments.get("output_device")):  # type: ignore[union-attr]
+                bound.arguments["output_device"] = current  # type: ignore[union-attr]
+            args, kwargs = bound.args[1:], bound.kwargs  # type: ignore[union-attr]
         original(self, *args, **kwargs)
         ids = getattr(self, "device_ids", None)
-        if getattr(self, "device_type", None) == DEVICE_TYPE and ids and ids[0] != 0:
+        if getattr(self, "device_type", None) == DEVICE_TYPE and ids and ids[0] not in (None, 0):
             raise ValueError(
                 f"DistributedDataParallel(device_ids={ids!r}) binds the module to hpu:{ids[0]}:"
                 " a Gaudi process drives one device, always hpu:0 (the launcher's LOCAL_RANK "

@@ -101,6 +101,8 @@ except ValueError as exc:
     print(f"rank {local_rank} refused: {exc}")
 else:
     print(f"rank {local_rank} built")
+# a device without its index is the current one, as torch.device("cuda") is on CUDA
+print(f"rank {local_rank} bare ids {DDP(model, device_ids=[torch.device('hpu')]).device_ids}")
 ddp = DDP(model)  # the fix the refusal names
 ddp(torch.randn(3, 4, device="hpu")).sum().backward()
 dist.destroy_process_group()
@@ -110,13 +112,15 @@ print(f"rank {local_rank} trained")
 
 def test_ddp_bound_to_the_local_rank_is_refused_with_the_fix(run, tmp_path):
     # Without the check, rank 1's first forward fails in the device guard ("habana active
-    # device: 1 != 0") and rank 0 sees its peer gone.
+    # device: 1 != 0") and rank 0 sees its peer gone; without the current index filled in,
+    # torch hands DDP's logger [None] for torch.device("hpu") and it raises a TypeError.
     out = _torchrun(run, tmp_path, CUDA_RECIPE_DDP, {"HPU_PLUGIN_EMULATE_DEVICES": "2"})
     assert "rank 0 built" in out.stdout, out.stdout
     refusal = next(line for line in out.stdout.splitlines() if line.startswith("rank 1 refused"))
     assert "device_ids=[1]" in refusal and "hpu:0" in refusal, refusal
     assert "leave device_ids out" in refusal and "device_ids=[0]" in refusal, refusal
     assert "rank 0 trained" in out.stdout and "rank 1 trained" in out.stdout, out.stdout
+    assert "rank 0 bare ids [0]" in out.stdout and "rank 1 bare ids [0]" in out.stdout
 
 
 TRAINER = """
