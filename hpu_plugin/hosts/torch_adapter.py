@@ -402,8 +402,9 @@ def _bare_hpu(device: object) -> bool:
 def make_ddp_init(original: Callable[..., Any]) -> Callable[..., Any]:
     """``DistributedDataParallel.__init__`` for a module on ``hpu``, on two counts.
 
-    A device named without its index (``device_ids=[torch.device("hpu")]``, what Ray Train's
-    ``prepare_model`` passes) means the current device; torch finds the current index of
+    A device named without its index (``device_ids=[torch.device("hpu")]``, as code converted
+    from ``torch.device("cuda")`` and Ray Train's first ``prepare_model`` pass it) means the
+    current device; torch finds the current index of
     CUDA, XPU, MPS, MTIA and PrivateUse1 devices only, and for HPU hands ``[None]`` on, which
     DDP's logger refuses with a ``TypeError``. The current index is filled in.
 
