@@ -63,6 +63,11 @@ PAD_VALUES: dict[str, int | None] = {
 }
 #: The keys of the decoder side of a sequence-to-sequence batch, which has its own length.
 DECODER_KEYS = ("labels", "decoder_input_ids", "decoder_attention_mask")
+#: Why a padding-free batch (every sequence flattened into one row, with the sequence
+#: boundaries beside it: TRL's ``padding_free`` and packing) is left as it is: padding would
+#: leave its boundaries stale, and TRL counts the padding as tokens seen.
+PADDING_FREE = ("the batches are padding-free (every sequence flattened into one row, with "
+                "its boundaries in seq_idx or cu_seq_lens)")
 #: Collator ``padding`` values that fix every batch's length (the user's shapes).
 FIXED_PADDING = ("max_length", "do_not_pad", False)
 
@@ -179,6 +184,8 @@ class BucketingCollator:
         decoder = [k for k in DECODER_KEYS if k in sequences and sequences[k] != length]
         decoder_length = sequences[decoder[0]] if decoder else None
         decoder = [k for k in decoder if sequences[k] == decoder_length]
+        if "seq_idx" in batch or "cu_seq_lens_q" in batch:
+            return [], PADDING_FREE
         unknown = [k for k in inputs + decoder if k not in PAD_VALUES]
         if unknown:
             return [], ("the collator returns " + ", ".join(unknown) +
@@ -400,6 +407,10 @@ def _explainer(trainer: Any, sizes: tuple[int, ...]
         if SWITCH in why_unbucketed:
             name = why_unbucketed.split("=")[0]
             return f"shape buckets are off ({why_unbucketed}): unset {name} to bucket lengths."
+        if why_unbucketed == PADDING_FREE:
+            return (f"lengths are left as they are because {why_unbucketed}: let the collator "
+                    "pad the row to a multiple (TRL: SFTConfig(pad_to_multiple_of=...)) to "
+                    "compile a few lengths.")
         if "hook" in why_unbucketed:
             return f"{why_unbucketed}: see hpu-plugin info for the plugin that answered."
         if not why_unbucketed.startswith(("padding=", "pad_to_multiple_of=", "no collator")):

@@ -138,3 +138,25 @@ def test_collator_batches_land_on_buckets_with_the_unpadded_loss(run, case):
     assert len(compiled["losses"]) == len(plain["losses"]) == 6
     for a, b in zip(compiled["losses"], plain["losses"], strict=True):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (compiled["losses"], plain["losses"])
+
+
+def test_padding_free_batches_are_left_as_they_are_and_the_advice_is_trls_own():
+    """TRL's padding-free collator (``padding_free=True``, and packing's default) flattens the
+    batch into one row with its boundaries beside it: padding would leave those stale, so
+    the batch keeps its length, and the recompilation advice names the collator's own
+    ``pad_to_multiple_of``, not a tokenizer's padding (TRL tokenizes)."""
+    import torch
+
+    trl = pytest.importorskip("trl")
+    from hpu_plugin.fast_paths import trainer_buckets
+
+    collate = trl.trainer.sft_trainer.DataCollatorForLanguageModeling(
+        pad_token_id=0, padding_free=True)
+    batch = collate([{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}])
+    assert batch["input_ids"].shape == torch.Size([1, 5])
+    bucketing = trainer_buckets.BucketingCollator(collate, None, 0, None, causal=True)
+    groups, why = bucketing.groups(batch)
+    assert groups == [] and why == trainer_buckets.PADDING_FREE
+    trainer = type("Trainer", (), {"args": object()})()
+    advice = trainer_buckets._explainer(trainer, (64, 128))("input_ids", 1, 5, why)
+    assert "pad_to_multiple_of" in advice and "padding='max_length'" not in advice, advice
