@@ -458,47 +458,48 @@ def _trainer_pad_token(trainer: Any) -> int:
     return 0
 
 
-def _bucket_collator(registry: Registry, patches: Patches,
-                     trainer: Any) -> tuple[str | None, tuple[int, ...]]:
-    """Wrap the collator unless the user decided the lengths; say why not, or None."""
+def _bucket_collator(registry: Registry, trainer: Any
+                     ) -> tuple[BucketingCollator | None, str | None, tuple[int, ...]]:
+    """The user's collator wrapped to pad to buckets, or None and why, and the buckets."""
     limit = max_positions(trainer.model)
     sizes = buckets(registry, "length", limit)
     collator = trainer.data_collator
-    if isinstance(collator, BucketingCollator):
-        return None, sizes
     choice = _user_choice(collator) if collator is not None else "no collator"
     if choice is not None:
-        return choice, sizes
+        return None, choice, sizes
     changes = _padding_changes_training(trainer)
     if changes is not None:
         say_once("bucket-refused", logging.INFO,
                  "hpu_plugin: training batches are not bucketed: %s.", changes)
-        return changes, sizes
+        return None, changes, sizes
     if not sizes:
         why = buckets_off_by("length")
-        return why or "the hpu_shape_buckets hook returned no length buckets", sizes
-    patches.set_on_instance(trainer, "data_collator", BucketingCollator(
+        return None, why or "the hpu_shape_buckets hook returned no length buckets", sizes
+    return BucketingCollator(
         collator, registry, _trainer_pad_token(trainer), limit, _is_causal_lm(trainer.model),
         _head(trainer.model).endswith("ForSequenceClassification"),
-        _router_loss(trainer.model)))
-    return None, sizes
+        _router_loss(trainer.model)), None, sizes
 
 
-def _with_own_collator(build: Callable[..., Any], trainer: Any) -> Callable[..., Any]:
-    """``build`` (a Trainer's dataloader method) with the collator the user gave the Trainer."""
+def _with_collator(build: Callable[..., Any], trainer: Any,
+                   bucketing: BucketingCollator) -> Callable[..., Any]:
+    """``build`` (a Trainer's dataloader method) with ``bucketing`` as its collator. Only
+    while the dataloader is built: everywhere else ``trainer.data_collator`` stays the
+    user's own object (TRL checks its class before evaluating). A collator the user set on
+    the Trainer since is theirs, used as it is."""
 
     @functools.wraps(build)
-    def with_own(*args: Any, **kwargs: Any) -> Any:
-        collator = trainer.data_collator
-        if not isinstance(collator, BucketingCollator):
+    def with_collator(*args: Any, **kwargs: Any) -> Any:
+        own = trainer.data_collator
+        if own is not bucketing.inner:
             return build(*args, **kwargs)
-        trainer.data_collator = collator.inner
+        trainer.data_collator = bucketing
         try:
             return build(*args, **kwargs)
         finally:
-            trainer.data_collator = collator
+            trainer.data_collator = own
 
-    return ours(with_own)
+    return ours(with_collator)
 
 
 def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
@@ -511,24 +512,29 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
         registry, getattr(trainer, "accelerator", None), trainer.model)
     if not compiled or getattr(args.device, "type", None) != DEVICE_TYPE:
         return
-    why, sizes = _bucket_collator(registry, patches, trainer)
-    if why is None and not by_user:
+    if is_ours(getattr(trainer, "get_train_dataloader", None)):
+        return  # bucketed already
+    bucketing, why, sizes = _bucket_collator(registry, trainer)
+    if bucketing is not None:
         # the training graphs keep eager's results: evaluation and predictions keep the
-        # lengths of their own batches (Trainer pads predictions to the longest batch only)
-        for name in ("get_eval_dataloader", "get_test_dataloader"):
+        # lengths of their own batches (Trainer pads predictions to the longest batch only);
+        # a model the user compiled gets the buckets there too
+        builds = ["get_train_dataloader"]
+        if by_user:
+            builds += ["get_eval_dataloader", "get_test_dataloader"]
+        for name in builds:
             build = getattr(trainer, name, None)
-            if callable(build) and not is_ours(build):
-                patches.set_on_instance(trainer, name, _with_own_collator(build, trainer))
+            if callable(build):
+                patches.set_on_instance(trainer, name, _with_collator(build, trainer, bucketing))
     # grouping rows changes the order of the batches, so the losses of each step: only for
     # a model the user compiled, or when asked for (the training graphs keep eager's losses)
     if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):
         group_rows(patches, trainer)
 
     def unbucketed(batch: Any) -> str | None:
-        collator = trainer.data_collator
-        if why is not None or not isinstance(collator, BucketingCollator):
+        if bucketing is None:
             return why
-        return collator.groups(batch)[1]
+        return bucketing.groups(batch)[1]
 
     explain = _explainer(trainer, sizes)
     for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):

@@ -68,4 +68,11 @@ ref = {cls}(config).eval().to("hpu")
 ref.load_state_dict(model.state_dict())
 """
 LLAMA = MODELS.format(cls="LlamaForCausalLM", config="LlamaConfig")
+#: For scripts that report which collator the training batches came from: the Trainer's
+#: ``data_collator`` stays the user's object, and the bucketing wraps it in the dataloader.
+TRAINING_COLLATOR = '''
+def training_collator(trainer):
+    fn = trainer.get_train_dataloader().collate_fn
+    return type(getattr(fn, "data_collator", fn)).__name__  # inside RemoveColumnsCollator
+'''
 QWEN2 = MODELS.format(cls="Qwen2ForCausalLM", config="Qwen2Config")

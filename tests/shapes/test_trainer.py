@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from processes import result_of
 
-from .conftest import LLAMA
+from .conftest import LLAMA, TRAINING_COLLATOR
 
 #: The collator of the scripts below: each batch padded to its longest row, labels with -100.
 COLLATE = '''
@@ -18,7 +18,7 @@ def collate(features):
             "labels": pad("labels", -100)}
 '''
 
-TRAIN = LLAMA + """
+TRAIN = LLAMA + TRAINING_COLLATOR + """
 import json, random
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainingArguments, TrainerCallback, DataCollatorWithPadding
@@ -50,7 +50,7 @@ trainer = Trainer(model=model.train(), args=args, train_dataset=Rows(), data_col
                   callbacks=[losses])
 trainer.train()
 print("RESULT" + json.dumps({"losses": losses.losses,
-      "wrapped": type(trainer.data_collator).__name__,
+      "wrapped": training_collator(trainer), "own": type(trainer.data_collator).__name__,
       "compilations": dict(metric_global("graph_compilation").stats())["TotalNumber"]}))
 """
 
@@ -67,6 +67,8 @@ def test_trainer_batches_are_bucketed_and_the_loss_is_unchanged(run):
     plain = result_of(run(script.replace("torch_compile=True", "torch_compile=False"),
                           {"HPU_PLUGIN_FAST_TRAIN_GRAPHS": "0"}))
     assert bucketed["wrapped"] == "BucketingCollator" and plain["wrapped"] == "function"
+    # the Trainer's own attribute stays the user's collator: TRL checks its class
+    assert bucketed["own"] == "function"
     assert len(bucketed["losses"]) == len(plain["losses"]) == 8
     for a, b in zip(bucketed["losses"], plain["losses"], strict=True):
         assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), (bucketed["losses"], plain["losses"])
@@ -314,7 +316,7 @@ def test_grouped_rows_follow_the_users_data_seed(run):
 
 #: An uncompiled model (the training graphs' default): training batches are bucketed, while
 #: predictions keep the lengths Transformers gives them (padded to the longest batch only).
-PREDICT = LLAMA + """
+PREDICT = LLAMA + TRAINING_COLLATOR + """
 import json, logging
 import transformers
 from torch.utils.data import Dataset
@@ -342,7 +344,7 @@ trainer = Trainer(model=model.train(), args=args, train_dataset=Rows([5, 9, 7, 1
                   data_collator=collate)
 trainer.train()
 out = trainer.predict(Rows([5, 9, 7, 23]))
-print("RESULT" + json.dumps({"wrapped": type(trainer.data_collator).__name__,
+print("RESULT" + json.dumps({"wrapped": training_collator(trainer),
       "predictions": list(out.predictions.shape), "labels": list(out.label_ids.shape),
       "deprecated": [m for m in said if "deprecated" in m]}))
 """
@@ -358,7 +360,7 @@ def test_predictions_of_an_uncompiled_model_keep_their_lengths(run):
 
 #: Heads that read padded positions, and NEFTune, whose noise scales with the length: their
 #: batches keep their lengths, so the losses are the unpadded ones.
-HEADS = """
+HEADS = TRAINING_COLLATOR + """
 import json, sys, torch
 from torch.utils.data import Dataset
 from transformers import (LlamaConfig, LlamaForCausalLM, LlamaForQuestionAnswering,
@@ -400,7 +402,7 @@ args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-heads", max_steps=3, r
 trainer = Trainer(model=model, args=args, train_dataset=Rows(), callbacks=[Losses()])
 trainer.train()
 print("RESULT" + json.dumps({"losses": Losses.losses,
-                             "wrapped": type(trainer.data_collator).__name__}))
+                             "wrapped": training_collator(trainer)}))
 """
 
 

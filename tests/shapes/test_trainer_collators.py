@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 from processes import result_of
 
-SCRIPT = """
+from .conftest import TRAINING_COLLATOR
+
+SCRIPT = TRAINING_COLLATOR + """
 import json, random, torch
 from tokenizers import Tokenizer, models
 from transformers import (PreTrainedTokenizerFast, Trainer, TrainingArguments, TrainerCallback,
@@ -103,7 +105,7 @@ def train(compiled):
     trainer.seen = []
     trainer.train()
     return {"losses": losses.losses, "seen": trainer.seen,
-            "wrapped": type(trainer.data_collator).__name__}
+            "wrapped": training_collator(trainer)}
 
 compiled = train(True)
 # the reference trains eagerly: unchanged code would train its blocks through graphs, with
