@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import sys
 import textwrap
@@ -87,6 +88,7 @@ def test_torchrun_collectives_and_ddp_on_hccl(run, tmp_path):
 
 CUDA_RECIPE_DDP = """
 import os
+import sys
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -95,18 +97,25 @@ dist.init_process_group()
 local_rank = int(os.environ["LOCAL_RANK"])
 torch.hpu.set_device(local_rank)
 model = torch.nn.Linear(4, 2).to("hpu")
+
+
+def say(line):  # one write a line: the two ranks share the pipe
+    sys.stdout.write(line + "\\n")
+    sys.stdout.flush()
+
+
 try:
     DDP(model, device_ids=[local_rank])  # the CUDA recipe with "cuda" replaced by "hpu"
 except ValueError as exc:
-    print(f"rank {local_rank} refused: {exc}")
+    say(f"rank {local_rank} refused: {exc}")
 else:
-    print(f"rank {local_rank} built")
+    say(f"rank {local_rank} built")
 # a device without its index is the current one, as torch.device("cuda") is on CUDA
-print(f"rank {local_rank} bare ids {DDP(model, device_ids=[torch.device('hpu')]).device_ids}")
+say(f"rank {local_rank} bare ids {DDP(model, device_ids=[torch.device('hpu')]).device_ids}")
 ddp = DDP(model)  # the fix the refusal names
 ddp(torch.randn(3, 4, device="hpu")).sum().backward()
 dist.destroy_process_group()
-print(f"rank {local_rank} trained")
+say(f"rank {local_rank} trained")
 """
 
 
@@ -116,7 +125,9 @@ def test_ddp_bound_to_the_local_rank_is_refused_with_the_fix(run, tmp_path):
     # torch hands DDP's logger [None] for torch.device("hpu") and it raises a TypeError.
     out = _torchrun(run, tmp_path, CUDA_RECIPE_DDP, {"HPU_PLUGIN_EMULATE_DEVICES": "2"})
     assert "rank 0 built" in out.stdout, out.stdout
-    refusal = next(line for line in out.stdout.splitlines() if line.startswith("rank 1 refused"))
+    refusal = re.search(r"rank 1 refused: [^\n]*", out.stdout)
+    assert refusal is not None, out.stdout
+    refusal = refusal.group(0)
     assert "device_ids=[1]" in refusal and "hpu:0" in refusal, refusal
     assert "leave device_ids out" in refusal and "device_ids=[0]" in refusal, refusal
     assert "rank 0 trained" in out.stdout and "rank 1 trained" in out.stdout, out.stdout
