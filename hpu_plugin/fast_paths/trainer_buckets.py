@@ -534,6 +534,8 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     def unbucketed(batch: Any) -> str | None:
         if bucketing is None:
             return why
+        if trainer.data_collator is not bucketing.inner:  # the dataloader used it as it is
+            return "the Trainer's data_collator was set after the Trainer was built"
         return bucketing.groups(batch)[1]
 
     explain = _explainer(trainer, sizes)
