@@ -87,7 +87,14 @@ def _autocast_dtype() -> Any | None:
 
 def _fits(query: Any, key: Any, value: Any, attention_mask: Any, dropout: float,
           kwargs: dict[str, Any]) -> bool:
+    import torch
+
     if query.device.type != DEVICE_TYPE or dropout or _compiling():
+        return False
+    # a mask that learns (Swin's and BEiT's relative position bias is added to it) needs its
+    # gradient, and the kernel's backward gives none for the mask
+    if (attention_mask is not None and attention_mask.requires_grad
+            and torch.is_grad_enabled()):
         return False
     # the kernel takes one dtype (and a mask of it, or a boolean one); under autocast the
     # floating inputs are first cast to the autocast dtype, as torch's SDPA casts them
