@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import threading
@@ -360,6 +361,9 @@ def graphed(model: Any, mode: str | None) -> Iterator[None]:
     graph, owner = state.forward, threading.get_ident()
     plain = type(model).forward.__get__(model)
 
+    # with the class forward's signature: Transformers passes ``position_ids`` (numbered from
+    # the attention mask) and ``logits_to_keep`` only to a forward that names them
+    @functools.wraps(plain)
     def forward(*args: Any, **kwargs: Any) -> Any:
         # a concurrent generate() on another thread runs the class's forward
         return (graph if threading.get_ident() == owner else plain)(*args, **kwargs)

@@ -335,3 +335,37 @@ def test_lazy_mode_graphs_leave_the_model_copyable_and_its_hooks_running(run):
     assert result["same"] == [True, True, True], result
     assert result["replays"][0] > 0 and result["replays"][1] == 0, result
     assert result["hook_calls"] == 6, result  # one forward a new token, the prefill's first
+
+
+#: Lazy mode, where Transformers numbers the positions from the attention mask (GPT-2's
+#: absolute positions: it passes ``position_ids`` only to a forward that takes them) and
+#: where it prefills in chunks (``prefill_chunk_size``), each with graphs and without.
+LAZY_POSITIONS = LAZY_LLAMA + r"""
+import json, os
+from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+torch.manual_seed(0)
+gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4,
+                                  n_positions=64, pad_token_id=0, eos_token_id=2)).to("hpu").eval()
+rows = torch.tensor([[0, 0, 0, 0, 0, 0, 5, 9, 14, 27, 33],
+                     [4, 8, 15, 16, 23, 42, 7, 3, 11, 60, 21]]).to("hpu")
+long = torch.tensor([[3 + (i * 7) % 90 for i in range(40)]]).to("hpu")
+def generate(graphs):
+    os.environ["HPU_PLUGIN_FAST_GRAPHS"] = graphs
+    return [gpt2.generate(rows, attention_mask=(rows != 0).long(), max_new_tokens=8,
+                          do_sample=False).cpu().tolist(),
+            model.generate(long, generation_config=GenerationConfig(
+                max_new_tokens=6, do_sample=False, pad_token_id=0,
+                prefill_chunk_size=16)).cpu().tolist()]
+off = generate("0")
+on = [generate("1") for _ in range(2)]
+print("RESULT" + json.dumps({"gpt2": [run[0] == off[0] for run in on],
+                             "chunked": [run[1] == off[1] for run in on]}))
+"""
+
+
+@pytest.mark.e2e
+def test_lazy_mode_graphs_keep_positions_numbered_from_the_mask(run):
+    out = run(LAZY_POSITIONS, {"TRANSFORMERS_VERBOSITY": "error", "PT_HPU_LAZY_MODE": "1"})
+    assert result_of(out.stdout) == {"gpt2": [True, True], "chunked": [True, True]}, (
+        out.stdout[-2000:])
+
