@@ -163,8 +163,9 @@ def _fits(model: Any, processors: Any, stops: Any, config: Any, kwargs: dict[str
         return False
     if not ({"cache"} if version == "5" else {"past_key_values", "cache_position"}) <= named:
         return False
-    # 4.57's loop chunks the prefill itself (5.x's _prefill, which the loop calls, does)
-    if version == "4" and getattr(config, "prefill_chunk_size", None) is not None:
+    # a chunked prefill is Transformers' own loop (4.57) or its _prefill's, which sets an
+    # environment variable and compiles each chunk: it breaks the loop's graph (5.x)
+    if getattr(config, "prefill_chunk_size", None) is not None:
         return False
     # the loop stands in for these: a model with its own, on its class or the instance
     # (Phi-3's drops the cache past its original length, multimodal models feed images at
