@@ -286,6 +286,8 @@ def plan_generate(
         return "the number of new tokens is not known before generation"
     limit = max_positions(model)
     length_to = bucket_for(length, buckets(registry, "length", limit))
+    if limit is not None and length_to + new > limit >= length + new:
+        length_to = limit - new  # the bucket would run past the model's positions
     sampling = bool(_setting("do_sample", kwargs, config))
     batch_to = batch if sampling else bucket_for(batch, buckets(registry, "batch", None))
     cache_buckets = buckets(registry, "cache", max(limit or 0, length_to + new))
@@ -361,7 +363,7 @@ def _generation_settings(call: dict[str, Any], settings: dict[str, Any]) -> dict
     if config is None:
         return settings
     config = copy.deepcopy(config)
-    config.max_length = config.min_length = None  # already counted into max_new_tokens
+    config.max_length = config.min_length = None  # already counted into the settings
     for name, value in settings.items():
         setattr(config, name, value)
     return {"generation_config": config}
@@ -395,7 +397,14 @@ def _bucketed_generate(
     cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
     if graphs == "eager" and decoding_loop.takes(model, kwargs):
         call["custom_generate"] = decoding_loop.decode
-    settings = {"max_new_tokens": plan.new_tokens, **extra}
+    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    # the length as the call gave it: a max_length (the caller's, or the model's generation
+    # config's) counted past the padding; Transformers warns at every call where a
+    # max_new_tokens comes beside a max_length the model's config has
+    settings = ({"max_new_tokens": plan.new_tokens}
+                if _setting("max_new_tokens", kwargs, config) is not None
+                else {"max_length": plan.length_to + plan.new_tokens})
+    settings.update(extra)
     if cache is None:
         settings["cache_implementation"] = "static"
     else:

@@ -121,3 +121,47 @@ for text in texts:
 print("TOTAL", dict(metric_global("graph_compilation").stats())["TotalNumber"])
 """)
     assert "TOTAL 2" in out  # three prompt lengths, one bucket: one prefill, one decode
+
+
+#: A model whose generation config carries a ``max_length`` (as many checkpoints'
+#: ``generation_config.json`` do), generating without a length of the call's own.
+CONFIG_LENGTH = """
+import json, os
+model.generation_config.max_length = 25
+ids = torch.randint(3, 128, (2, 11)).to("hpu")
+mask = torch.ones_like(ids)
+got = [model.generate(ids, attention_mask=mask, do_sample=False).cpu() for _ in range(3)]
+os.environ["HPU_PLUGIN_FAST_GRAPHS"] = "0"  # Transformers' own generation
+want = model.generate(ids, attention_mask=mask, do_sample=False).cpu()
+print("RESULT" + json.dumps({"same": [torch.equal(g, want) for g in got],
+                             "shape": list(got[0].shape)}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_length_from_the_models_generation_config_draws_no_warning(run):
+    out = run(LLAMA + CONFIG_LENGTH,
+              {"HPU_PLUGIN_FAST_GRAPHS": "1", "TRANSFORMERS_VERBOSITY": "warning"})
+    assert result_of(out) == {"same": [True] * 3, "shape": [2, 25]}, out[-3000:]
+    # Transformers warns of a max_length beside max_new_tokens: the caller set neither
+    assert "seem to have been set" not in out, out[-3000:]
+
+
+#: A prompt near the model's largest position (1024 here), sampled: padded to its length
+#: bucket (1024), the call would run past the model's positions.
+NEAR_THE_END = """
+ids = torch.randint(3, 128, (1, 1000)).to("hpu")
+torch.manual_seed(0)
+out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=10,
+                     do_sample=True)
+print("LENGTH", out.shape[1])
+"""
+
+
+@pytest.mark.e2e
+def test_a_prompt_near_the_last_position_is_not_padded_past_it(run):
+    out = run(LLAMA + NEAR_THE_END,
+              {"HPU_PLUGIN_FAST_GRAPHS": "1", "TRANSFORMERS_VERBOSITY": "warning"})
+    assert "LENGTH 1010" in out, out[-3000:]
+    # Transformers' reminder counts the padded length: the call itself stays inside
+    assert "predefined maximum length" not in out, out[-3000:]
