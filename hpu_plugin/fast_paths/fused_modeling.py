@@ -307,5 +307,10 @@ def install(registry: Registry, patches: Patches) -> None:
     importhook.when_imported("transformers.modeling_utils", hook(install_attention))
     importhook.when_imported("transformers.generation.utils", lambda module: _wrap(
         registry, patches, module, "GenerationMixin", "generate", lambda model: model))
-    importhook.when_imported("transformers.trainer", lambda module: _wrap(
-        registry, patches, module, "Trainer", "train", lambda trainer: trainer.model))
+
+    def trainer(module: types.ModuleType) -> None:
+        # evaluation too: a Trainer that evaluates before it trains prepares its model then
+        for name in ("train", "evaluate", "predict"):
+            _wrap(registry, patches, module, "Trainer", name, lambda trainer: trainer.model)
+
+    importhook.when_imported("transformers.trainer", trainer)

@@ -40,12 +40,15 @@ Transformers 5 checkpoints inside a layer's forward, so the checkpoint is traced
 layer's graph and recomputed inside its backward graph (AOT autograd's partitioner, which
 the Gaudi bridge's backend uses and tests with ``torch.utils.checkpoint``); Transformers 4
 checkpoints around the forward, which then runs compiled inside the checkpoint. The
-compiled forward runs only while the module is training with gradients on; evaluation,
-``generate()`` and every model not prepared on ``hpu`` run the class's own forward (the one
-check is a set lookup per call, not per op). The parts get it as their instance's
-``forward``, so that the class's stays Transformers' own; the model's region gets it on the
-model's class before Accelerate prepares the model, since its mixed precision wraps the
-instance's forward.
+compiled forward runs while the module is training with gradients on, and for passes over
+whole sequences without gradients (no cache given) of a model in training (TRL's old
+log-probabilities) or of a reference model (one prepared for evaluation while a model of its
+class trains through graphs), so that they round as the pass with gradients does and an
+on-policy ratio is exactly 1; evaluation, ``generate()`` and every model not prepared on
+``hpu`` run the class's own forward (the one check is a set lookup per call, not per op).
+The parts get it as their instance's ``forward``, so that the class's stays Transformers'
+own; the model's region gets it on the model's class before Accelerate prepares the model,
+since its mixed precision wraps the instance's forward.
 
 Not taken, with the reason kept for ``hpu-plugin info``: in lazy mode (no ``torch.compile``
 there), where the user compiled (``torch_compile=True``, Accelerate's dynamo plugin,
@@ -94,6 +97,19 @@ PLAIN = ("NO", "MULTI_HPU", FSDP)
 #: The parts (blocks, rotary tables, final norms, heads) or models that train through their
 #: class's compiled forward.
 _taken: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The regions given their graphed forward as Accelerate first prepared each model, held
+#: weakly (the model's region is the model itself).
+_found: weakref.WeakKeyDictionary[Any, list[weakref.ref[Any]]] = weakref.WeakKeyDictionary()
+#: The parameter shapes of each Transformers model in :data:`_models`: a reference model is
+#: one shaped as a model that trains (a teacher or a reward model of another size is not).
+_shapes: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+#: The Transformers models (a model and the models inside it) whose parts run graphs.
+_models: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Those of them that train through graphs.
+_trained: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The parts of the models prepared for evaluation beside training (TRL's reference models):
+#: they score through the graphs of their class while a model of that class trains.
+_frozen: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per class of a part (a block, the rotary table, the final norm, the output head) or of a
 #: model (the model's region), its compiled forward: one Dynamo cache for every layer.
 _compiled: dict[type, Callable[..., Any]] = {}
@@ -111,6 +127,13 @@ _mask_configs: dict[int, weakref.ref[Any]] = {}
 #: so that it numbers the tokens itself (0, 1, 2, ... after the cache's length).
 _own_positions: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "hpu_plugin_own_positions", default=False)
+#: Whether the innermost Transformers model running now scores whole sequences with
+#: gradients off and no cache given, in training (TRL's old log-probabilities) or as a
+#: reference model: it runs the graphs too, so that it rounds as the pass with gradients does.
+_scoring: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "hpu_plugin_scoring", default=False)
+#: The names a Transformers model's forward takes its cache by (5.24 and later: ``cache``).
+CACHE_ARGUMENTS = ("past_key_values", "cache")
 
 
 def repeated_blocks(model: Any) -> list[Any]:
@@ -293,12 +316,67 @@ def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], 
 
 
 def _training_in_graphs(module: Any) -> bool:
-    """Does ``module`` run its compiled forward now: taken, training with gradients on, and
-    not inside a trace (where Dynamo inlines the class's own forward)?"""
+    """Does ``module`` run its compiled forward now: taken and training with gradients on,
+    or scoring whole sequences without them (:data:`_scoring`), and not inside a trace
+    (where Dynamo inlines the class's own forward)?"""
     import torch
 
-    return (module.training and module in _taken and torch.is_grad_enabled()
-            and not torch.compiler.is_compiling())
+    if torch.compiler.is_compiling():
+        return False
+    if _scoring.get():
+        return module in _taken or module in _frozen
+    return module.training and module in _taken and torch.is_grad_enabled()
+
+
+def _eager_from_now(module: Any) -> None:
+    """``module``'s compilation failed: its own forward from now on, for every pass."""
+    _taken.discard(module)
+    _frozen.discard(module)
+
+
+def _reference(model: Any) -> bool:
+    """Is ``model`` a reference for a model that trains through graphs: of its class and its
+    parameter shapes (TRL's reference models are prepared for evaluation before the policy
+    is; a model evaluated before it trains is no reference for itself)?"""
+    shapes = _shapes.get(model)
+    return shapes is not None and model not in _trained and any(
+        type(trained) is type(model) and _shapes.get(trained) == shapes
+        for trained in list(_trained))
+
+
+def _given(name: str, parameters: list[str], args: tuple[Any, ...],
+           kwargs: dict[str, Any]) -> Any:
+    """The argument ``name`` of a forward call (``parameters``: its names, ``self`` first)."""
+    at = parameters.index(name) if name in parameters else None
+    return args[at - 1] if at is not None and len(args) >= at else kwargs.get(name)
+
+
+def _scoring_call(model: Any, parameters: list[str], args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Is this call of ``model``'s forward a pass with gradients off over whole sequences (no
+    cache given, so not a step of ``generate()``), of a model in training or of a reference
+    model; and its keyword arguments. A cache made inside the graphs would specialise them
+    to each layer, so a pass that makes one keeps the class's forward: the ``Trainer``
+    trains with ``use_cache`` off; TRL's reference models leave it on and never read the
+    cache, so a reference model's pass keeps none unless the caller asks for one."""
+    import torch
+
+    if torch.is_grad_enabled() or model not in _models or any(
+            _given(name, parameters, args, kwargs) is not None for name in CACHE_ARGUMENTS):
+        return False, kwargs
+    if model.training:
+        reference = False
+        if model not in _trained:
+            return False, kwargs
+    elif not (reference := _reference(model)):
+        return False, kwargs
+    use = _given("use_cache", parameters, args, kwargs)
+    if (reference and use is None and "use_cache" in parameters
+            and parameters.index("use_cache") > len(args)):
+        return True, {**kwargs, "use_cache": False}  # the config's: no cache for the call
+    if use is None:
+        use = getattr(getattr(model, "config", None), "use_cache", False)
+    return not use, kwargs
 
 
 def _graphed_forward(patches: Patches, cls: type) -> None:
@@ -312,14 +390,23 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
     compiled = torch.compile(original, backend=BACKEND)
     _compiled[cls] = compiled
     what = f"forward of {cls.__qualname__}"
+    parameters = list(inspect.signature(original).parameters)
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if _training_in_graphs(self):
-            return _compiled_or_eager(compiled, original, what,
-                                      functools.partial(_taken.discard, self),
-                                      self, *args, **kwargs)
-        return original(self, *args, **kwargs)
+        if torch.compiler.is_compiling():
+            return original(self, *args, **kwargs)
+        scoring, kwargs = (_scoring_call(self, parameters, args, kwargs)
+                           if self in _taken or self in _frozen else (False, kwargs))
+        token = _scoring.set(scoring)
+        try:
+            if _training_in_graphs(self):
+                return _compiled_or_eager(compiled, original, what,
+                                          functools.partial(_eager_from_now, self),
+                                          self, *args, **kwargs)
+            return original(self, *args, **kwargs)
+        finally:
+            _scoring.reset(token)
 
     def undo() -> None:
         _compiled.pop(cls, None)
@@ -357,7 +444,7 @@ class _GraphedPart:
                 _compiled[cls] = torch.compile(cls.forward, backend=BACKEND)
             return _compiled_or_eager(_compiled[cls], cls.forward,
                                       f"forward of {cls.__qualname__}",
-                                      functools.partial(_taken.discard, module),
+                                      functools.partial(_eager_from_now, module),
                                       module, *args, **kwargs)
         return cls.forward(module, *args, **kwargs)
 
@@ -485,42 +572,47 @@ def _graphed_masks(patches: Patches, model: Any) -> bool:
     return found
 
 
-def _numbering_forward(patches: Patches, cls: type) -> None:
-    """Give the Transformers model class ``cls`` a forward that notes, for the mask
-    builder, whether this call numbers its tokens itself (no position ids given)."""
+def _noting_forward(patches: Patches, cls: type) -> None:
+    """Give the Transformers model class ``cls`` a forward that notes whether this call
+    scores whole sequences without gradients (:data:`_scoring`) and, for the mask builder,
+    whether it numbers its tokens itself (no position ids given)."""
     import torch
 
     original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
     parameters = list(inspect.signature(original).parameters)
-    if "position_ids" not in parameters:
-        return
-    at = parameters.index("position_ids")  # counting ``self``, as ``args`` below does not
+    at = parameters.index("position_ids") if "position_ids" in parameters else None
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return original(self, *args, **kwargs)
         # set in evaluation too: a frozen inner model must not inherit the outer one's answer
-        given = args[at - 1] if len(args) >= at else kwargs.get("position_ids")
-        token = _own_positions.set(given is None)
+        given = (args[at - 1] if len(args) >= at else kwargs.get("position_ids")
+                 ) if at is not None else True
+        own = _own_positions.set(given is None)
+        scores, kwargs = _scoring_call(self, parameters, args, kwargs)
+        scoring = _scoring.set(scores)
         try:
             return original(self, *args, **kwargs)
         finally:
-            _own_positions.reset(token)
+            _scoring.reset(scoring)
+            _own_positions.reset(own)
 
     patches.set(cls, "forward", ours(forward))
 
 
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
-                  model: Any) -> list[Any]:
+                  model: Any, training: bool = True) -> list[Any]:
     """Give the classes of ``model``'s regions their graphed forward where :func:`why_not`
     agrees (before Accelerate prepares it) and return the regions, to be taken once the
-    model is on ``hpu``; else keep the reason for ``hpu-plugin info``."""
+    model is on ``hpu``; else keep the reason for ``hpu-plugin info`` (when it is prepared
+    for ``training``)."""
     if not _headed_for_hpu(accelerator, model):
         return []
     why = why_not(registry, accelerator, model)
     if why is not None:
-        record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
+        if training:
+            record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
         log.debug("hpu_plugin: training graphs not taken for %s: %s", type(model).__name__, why)
         return []
     found = regions(model)
@@ -536,11 +628,10 @@ def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
     for cls in {type(module) for module in model.modules()}:  # the model's, or PEFT's
         if not is_ours(vars(cls).get("loss_function")):
             _graphed_loss(patches, cls)
-    if _graphed_masks(patches, model):
-        for cls in {type(module) for module in model.modules()
-                    if hasattr(type(module), "base_model_prefix")}:
-            if not is_ours(vars(cls).get("forward")):
-                _numbering_forward(patches, cls)
+    _graphed_masks(patches, model)
+    for cls in {type(module) for module in _transformers_models(model)}:
+        if not is_ours(vars(cls).get("forward")):
+            _noting_forward(patches, cls)
     return [*found, head] if head is not None else found
 
 
@@ -549,11 +640,25 @@ def graphed(model: Any) -> bool:
     return any(module in _taken for module in model.modules())
 
 
+def _transformers_models(model: Any) -> list[Any]:
+    """``model`` and the Transformers models inside it (a causal LM's base model)."""
+    return [module for module in model.modules() if hasattr(type(module), "base_model_prefix")]
+
+
+def _note_models(model: Any) -> None:
+    """``model``'s Transformers models run graphs; their shapes are kept."""
+    for inner in _transformers_models(model):
+        _models.add(inner)
+        _shapes[inner] = tuple(tuple(p.shape) for p in inner.parameters())
+
+
 def take_regions(model: Any, found: list[Any]) -> None:
     """The regions train through their graphs from now on, if Accelerate put ``model`` on
     ``hpu``."""
     if found and _on_hpu(model):
         _taken.update(found)
+        _trained.update(_transformers_models(model))
+        _note_models(model)
         if not whole_model(model):
             _losses.update(module for module in model.modules() if isinstance(
                 inspect.getattr_static(type(module), "loss_function", None), _GraphedLoss))
@@ -561,6 +666,23 @@ def take_regions(model: Any, found: list[Any]) -> None:
                 config = getattr(module, "config", None)
                 if config is not None:
                     _mask_configs[id(config)] = weakref.ref(config)
+
+
+def _remember_regions(registry: Registry, patches: Patches, accelerator: Any, model: Any,
+                      training: bool) -> None:
+    """:func:`graph_regions` of ``model``, kept in :data:`_found` (none where it failed: a
+    fast path never stops training)."""
+    try:
+        found = graph_regions(registry, patches, accelerator, model, training)
+    except Exception as exc:
+        say_once("training-graphs-failed", logging.WARNING,
+                 "hpu_plugin: training graphs are off: %r", exc)
+        found = []
+    _found[model] = [weakref.ref(region) for region in found]
+
+
+def _remembered(model: Any) -> list[Any]:
+    return [region for ref in _found.get(model, []) if (region := ref()) is not None]
 
 
 def install_prepare(registry: Registry, patches: Patches, module: types.ModuleType) -> None:
@@ -573,20 +695,27 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
     @functools.wraps(original)
     def prepare_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
         evaluation = kwargs.get("evaluation_mode", args[1] if len(args) > 1 else False)
-        first = not evaluation and not getattr(model, "_is_accelerate_prepared", False)
-        found: list[Any] = []
-        if first:  # before Accelerate wraps the forward the class has (mixed precision)
-            try:
-                found = graph_regions(registry, patches, self, model)
-            except Exception as exc:  # a fast path: never break the user's training
-                say_once("training-graphs-failed", logging.WARNING,
-                         "hpu_plugin: training graphs are off: %r", exc)
+        if model not in _found and not getattr(model, "_is_accelerate_prepared", False):
+            # before Accelerate wraps the forward the class has (mixed precision); for
+            # evaluation too, since a model first prepared for evaluation (a reference
+            # model; a Trainer evaluating before it trains) is not prepared again
+            _remember_regions(registry, patches, self, model, not evaluation)
         prepared = original(self, model, *args, **kwargs)
-        take_regions(model, found)  # once Accelerate placed the model on its device
+        found = _remembered(model)
+        if not evaluation:  # once Accelerate placed the model on its device
+            take_regions(model, found)
+        elif found and _on_hpu(model):
+            _frozen.update(found)
+            _note_models(model)
         return prepared
 
     def forget() -> None:
+        _found.clear()
         _taken.clear()
+        _trained.clear()
+        _models.clear()
+        _shapes.clear()
+        _frozen.clear()
         _losses.clear()
         _compiled_losses.clear()
         _mask_configs.clear()
@@ -612,16 +741,11 @@ def install_fsdp2(registry: Registry, patches: Patches, cls: type) -> None:
     def _prepare_fsdp2(self: Any, *args: Any) -> Any:
         models = [obj for obj in args if isinstance(obj, torch.nn.Module)
                   and not getattr(obj, "_is_accelerate_prepared", False)]
-        found: dict[int, list[Any]] = {}
         for model in models:
-            try:
-                found[id(model)] = graph_regions(registry, patches, self, model)
-            except Exception as exc:  # a fast path: never break the user's training
-                say_once("training-graphs-failed", logging.WARNING,
-                         "hpu_plugin: training graphs are off: %r", exc)
+            _remember_regions(registry, patches, self, model, True)
         prepared = sharded(self, *args)
         for model in models:
-            take_regions(model, found.get(id(model), []))
+            take_regions(model, _remembered(model))
         return prepared
 
     patches.set(cls, "_prepare_fsdp2", ours(_prepare_fsdp2))

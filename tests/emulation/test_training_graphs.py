@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from importlib import metadata
 from typing import Any
@@ -562,9 +563,15 @@ def test_trl_dpo_batches_land_on_buckets_and_compile_once_a_bucket(run):
     # unpadded, the 12 batches have 9 lengths of their own, each one more static graph
     assert len(set(off["lengths"])) > 4, off
     assert set(on["lengths"]) <= {32, 64}, on
-    assert on["compiled"] <= 10, on  # the buckets' graphs (7 here; unpadded: 28)
+    # the buckets' graphs: 13 here, 7 of the policy and 6 of its reference model's passes,
+    # which score through the same graphs (unpadded, the policy's alone: 28)
+    assert on["compiled"] <= 14, on
     assert "keeps compiling new graphs" not in done.stderr, done.stderr[-2000:]
     assert _close(on["losses"], off["losses"], 1e-2), (on, off)
+    # before the first update the policy is its reference: the loss is log 2 on one path,
+    # and the reference model scores through the policy's graphs to give it here too
+    assert _close(on["losses"][:1], [math.log(2)], 1e-6), on
+    assert _close(off["losses"][:1], [math.log(2)], 1e-6), off
 
 
 #: A model of the user's own (no Transformers) whose blocks call the user's custom op, whose
@@ -632,3 +639,155 @@ def test_blocks_that_fail_to_compile_train_eagerly_with_one_warning(run):
     warning = "the compiled forward of Block failed, so it runs eagerly from now on"
     assert on.stderr.count(warning) == 1 and "usertest::scale" in on.stderr, on.stderr[-3000:]
     assert warning not in off.stderr
+
+
+#: A tiny Llama trained through graphs in bf16 (a plain Accelerate loop, ``use_cache`` off as
+#: the ``Trainer`` sets it), scored over whole sequences in training mode under
+#: ``torch.no_grad()`` (how TRL's RLOO takes its old log-probabilities) and then with
+#: gradients on, on batches of three lengths; a copy prepared for evaluation before it (as TRL
+#: prepares a reference model, ``use_cache`` left on) scored before the first update, and a
+#: wider model of the class prepared likewise (a teacher); then the model scored in
+#: evaluation mode.
+SCORING = r"""
+import json
+import torch
+from accelerate import Accelerator
+from transformers import LlamaConfig, LlamaForCausalLM
+from hpu_emulator import counters
+
+def llama(hidden=32, **config):
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=96, hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=0, **config))
+
+accelerator = Accelerator(mixed_precision="bf16")
+reference = accelerator.prepare_model(llama(), evaluation_mode=True).eval()
+teacher = accelerator.prepare_model(llama(hidden=48), evaluation_mode=True).eval()
+model = llama(use_cache=False)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+model, optimizer = accelerator.prepare(model, optimizer)
+model.train()
+
+def graphs_of(call):
+    start = counters.snapshot().get("compiled_graphs", 0)
+    result = call()
+    return result, counters.snapshot().get("compiled_graphs", 0) - start
+
+def logps(model, ids, mask):
+    return model(input_ids=ids, attention_mask=mask).logits.float().log_softmax(-1)
+
+gaps, scored, referenced, taught = [], [], None, None
+for length in (12, 17, 23):
+    ids = torch.tensor([[3 + (i * 7 + j * 5) % 90 for j in range(length)] for i in range(4)],
+                       device=accelerator.device)
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # a left-padded row
+    with torch.no_grad():
+        old, graphs = graphs_of(lambda: logps(model, ids, mask))
+        if referenced is None:
+            by_reference = logps(reference, ids, mask)
+            _, taught = graphs_of(lambda: logps(teacher, ids, mask))
+    new = logps(model, ids, mask)
+    gaps.append((new.detach() - old).abs().max().item())
+    scored.append(graphs)
+    if referenced is None:
+        referenced = (new.detach() - by_reference).abs().max().item()
+    accelerator.backward(new[..., 0].mean())
+    optimizer.step()
+    optimizer.zero_grad()
+model.eval()
+with torch.no_grad():
+    _, evaluated = graphs_of(lambda: logps(model, ids, mask))
+print("RESULT" + json.dumps({"gaps": gaps, "scored": scored, "evaluated": evaluated,
+                             "referenced": referenced, "taught": taught}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("region", ["blocks", "model"])
+def test_scoring_without_gradients_rounds_as_the_training_pass(run, region):
+    env = {**ENV, "HPU_PLUGIN_TRAIN_GRAPHS_REGION": region}
+    on, off = _on_and_off(run, SCORING, env)
+    # on one path the two passes give the same log-probabilities, so an importance ratio
+    # taken between them is exactly 1: the pass without gradients runs the same graphs
+    assert on["gaps"] == off["gaps"] == [0.0] * 3, (on, off)
+    assert min(on["scored"]) > 0 and off["scored"] == [0] * 3, (on, off)
+    # and so does the reference model, a copy of the policy before its first update
+    assert on["referenced"] == off["referenced"] == 0.0, (on, off)
+    # evaluation mode keeps the model's own forward, and so does a model of the class that
+    # is shaped otherwise (a teacher): the graphs are the trained model's
+    assert on["evaluated"] == off["evaluated"] == 0, (on, off)
+    assert on["taught"] == off["taught"] == 0, (on, off)
+
+
+#: TRL's RLOOTrainer with its defaults (bf16, gradient checkpointing), a rule reward: its
+#: logged loss before each update is the advantage-weighted importance ratio, which is 1
+#: on-policy, so the loss is the mean of leave-one-out advantages: zero.
+TRL_RLOO = TINY_TRL_LLAMA.replace("POSITIONS", "128") + r"""
+from trl import RLOOConfig, RLOOTrainer
+
+path = tempfile.mkdtemp()  # RLOO loads its reference model from the policy's path
+model.save_pretrained(path)
+tokenizer.save_pretrained(path)
+data = Dataset.from_dict({"prompt": [" ".join(f"w{(i * 7 + j * 3) % 90}" for j in range(3 + i % 5))
+                                     for i in range(16)]})
+
+def shorter_is_better(completions, **kwargs):
+    return [-float(len(c)) for c in completions]
+
+args = RLOOConfig(output_dir=tempfile.mkdtemp(), max_steps=3, per_device_train_batch_size=4,
+                  num_generations=2, max_completion_length=16, report_to=[], save_strategy="no",
+                  logging_steps=1, disable_tqdm=True, seed=0)
+trainer = RLOOTrainer(model=path, reward_funcs=shorter_is_better, args=args,
+                      train_dataset=data, processing_class=tokenizer)
+trainer.train()
+print("RESULT" + json.dumps({
+    "bf16": args.bf16, "compiled": torch._dynamo.utils.counters["stats"]["unique_graphs"],
+    "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]}))
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
+                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+def test_trl_rloo_on_policy_loss_is_zero_as_on_one_path(run):
+    on, off = _on_and_off(run, TRL_RLOO, ENV, timeout=900)
+    assert on["bf16"] and on["compiled"] > 0 and off["compiled"] == 0, (on, off)
+    assert _close(off["losses"], [0.0] * 3, 1e-5), off
+    # before, the ratio's rounding gap between eager and graphed passes made it 4e-3 to 1e-2
+    assert _close(on["losses"], [0.0] * 3, 1e-5), on
+
+
+#: A default bf16 ``Trainer`` that evaluates before it trains (Accelerate then prepares the
+#: model once, for evaluation, and returns it as it is when training starts).
+EVALUATE_FIRST = TRAINING_ROWS + STEPS + r"""
+import json, os
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(
+    vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0))
+seen, steps = Losses(), Steps()
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-evaluate-first", max_steps=4,
+                         per_device_train_batch_size=2, learning_rate=1e-3, bf16=True,
+                         report_to=[], save_strategy="no", logging_steps=1, seed=0,
+                         disable_tqdm=True)
+trainer = Trainer(model=model, args=args, train_dataset=Rows(), eval_dataset=Rows(),
+                  data_collator=collate, callbacks=[seen, steps])
+if os.environ.get("EVALUATE"):
+    trainer.evaluate()
+trainer.train()
+print("RESULT" + json.dumps({"losses": seen.losses, "graphs": steps.graphs[1:]}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_trainer_that_evaluates_first_trains_through_graphs(run):
+    first = result_of(run(EVALUATE_FIRST, {**ENV, "EVALUATE": "1"}).stdout)
+    plain = result_of(run(EVALUATE_FIRST, ENV).stdout)
+    assert first["graphs"] == plain["graphs"] and min(plain["graphs"]) > 0, (first, plain)
+    assert _close(first["losses"], plain["losses"], 1e-6), (first, plain)
+
