@@ -12,7 +12,8 @@ model compiles one forward and one backward graph instead of one per layer. Two 
 outside the blocks are compiled too, each shared by every model that has it: Transformers'
 rotary table (the ``*RotaryEmbedding`` module every layer reads) and the loss function the
 model's ``loss_function`` gives (shifting the labels, the float32 cross-entropy and its
-scaling, and their backward: a dozen launches become two), and the output head (the
+scaling, and their backward: a dozen launches become two; the token and sequence losses
+only, not the detection losses that match boxes on the host), and the output head (the
 model's ``get_output_embeddings()``, where it is a plain ``nn.Linear``: its casts under
 autocast and its matmuls, forward and backward, become two graphs), and the RMSNorm after
 the last block where it has no fused kernel (Gemma's). The 4-D masks Transformers builds
@@ -118,6 +119,11 @@ _losses: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Per loss function (Transformers' ``LOSS_MAPPING`` entries), its compiled form; ``None``
 #: once its compilation failed.
 _compiled_losses: dict[Callable[..., Any], Callable[..., Any] | None] = {}
+#: The losses of Transformers' ``LOSS_MAPPING`` that are compiled: tensor arithmetic only.
+#: The detection and segmentation losses match boxes on the host (SciPy's assignment) and
+#: branch on the labels' Python structure, so compiled they would compile again and again.
+COMPILED_LOSSES = frozenset({"ForCausalLMLoss", "ForMaskedLMLoss", "ForSequenceClassificationLoss",
+                             "ForTokenClassification", "ForQuestionAnsweringLoss"})
 #: Transformers' mask builders (4.53 and later) that a modeling module calls by name.
 MASK_BUILDERS = ("create_causal_mask", "create_sliding_window_causal_mask")
 #: The configs of the models whose masks are built by a graph (a builder is given the
@@ -487,6 +493,12 @@ def _compiled_loss(function: Callable[..., Any]) -> Callable[..., Any]:
     return loss
 
 
+def _compilable(function: Any) -> bool:
+    """One of Transformers' losses that compile (:data:`COMPILED_LOSSES`)?"""
+    return (getattr(function, "__module__", None) == "transformers.loss.loss_utils"
+            and getattr(function, "__name__", None) in COMPILED_LOSSES)
+
+
 def _graphed_loss(patches: Patches, cls: type) -> None:
     """Give ``cls`` a ``loss_function`` that is compiled for the models in :data:`_losses`
     while they train with gradients on. A class without Transformers' ``loss_function``
@@ -502,7 +514,7 @@ def _graphed_loss(patches: Patches, cls: type) -> None:
     def loss_function(self: Any) -> Any:
         function = read(self)
         if (self in _losses and self.training and torch.is_grad_enabled()
-                and not torch.compiler.is_compiling() and callable(function)):
+                and not torch.compiler.is_compiling() and _compilable(function)):
             return _compiled_loss(function)
         return function
 
