@@ -45,6 +45,10 @@ DEEPER_MODEL_TRACES = 0 if TRANSFORMERS >= 5 else 2
 #: SDPA's ``is_causal`` and only the sliding-window mask is built.
 GEMMA_MASKS = 2 if TRANSFORMERS >= 5 else 1
 
+needs_trl = pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None,
+    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+
 #: A callback that counts each step's launches and compiled graphs (the first step's too).
 STEPS = r"""
 from transformers import TrainerCallback
@@ -505,8 +509,7 @@ print("RESULT" + json.dumps({
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
-                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+@needs_trl
 def test_trl_sft_with_its_defaults_trains_through_graphs(run):
     on, off = _on_and_off(run, TRL_SFT, ENV, timeout=900)
     # with its default gradient checkpointing: a forward and a backward graph per layer, the
@@ -550,8 +553,7 @@ print("RESULT" + json.dumps({
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
-                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+@needs_trl
 def test_trl_dpo_batches_land_on_buckets_and_compile_once_a_bucket(run):
     env = {**ENV, "HPU_PLUGIN_BUCKETS_LENGTH": "32,64"}
     done = run(TRL_DPO, env, timeout=900)
@@ -750,8 +752,7 @@ print("RESULT" + json.dumps({
 
 
 @pytest.mark.e2e
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None,
-                    reason="TRL is not installed here (the Gaudi release matrix pins no TRL)")
+@needs_trl
 def test_trl_rloo_on_policy_loss_is_zero_as_on_one_path(run):
     on, off = _on_and_off(run, TRL_RLOO, ENV, timeout=900)
     assert on["bf16"] and on["compiled"] > 0 and off["compiled"] == 0, (on, off)
