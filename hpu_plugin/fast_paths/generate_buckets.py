@@ -274,7 +274,7 @@ def plan_generate(
     registry: Registry, model: Any, input_ids: Any, kwargs: dict[str, Any]
 ) -> GeneratePlan | str:
     """The padding of this call, or why there is none."""
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = inference_graphs.generation_config_of(model, kwargs)
     why = _why_not(model, kwargs, config)
     if why is not None:
         return why
@@ -298,7 +298,7 @@ def plan_generate(
 
 
 def _pad_token(model: Any, kwargs: dict[str, Any]) -> int:
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = inference_graphs.generation_config_of(model, kwargs)
     for name in ("pad_token_id", "eos_token_id"):
         value = _setting(name, kwargs, config)
         if isinstance(value, (list, tuple)):
@@ -334,7 +334,7 @@ def _prompt_and_mask(model: Any, inputs: Any, kwargs: dict[str, Any]) -> tuple[A
         return "the prompt is not a tensor on hpu"
     mask = kwargs.get("attention_mask")
     if mask is None:
-        config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+        config = inference_graphs.generation_config_of(model, kwargs)
         pad = _setting("pad_token_id", kwargs, config)
         if isinstance(pad, int) and bool((input_ids == pad).any()):
             return "the prompt holds pad tokens and no attention_mask was given"
@@ -397,7 +397,7 @@ def _bucketed_generate(
     cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
     if graphs == "eager" and decoding_loop.takes(model, kwargs):
         call["custom_generate"] = decoding_loop.decode
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = inference_graphs.generation_config_of(model, kwargs)
     # the length as the call gave it: a max_length (the caller's, or the model's generation
     # config's) counted past the padding; Transformers warns at every call where a
     # max_new_tokens comes beside a max_length the model's config has

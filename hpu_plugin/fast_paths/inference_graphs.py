@@ -102,8 +102,13 @@ def _defaults() -> dict[str, Any]:
     return {name: getattr(fresh, name, None) for name in CHOICES}
 
 
+def generation_config_of(model: Any, kwargs: dict[str, Any]) -> Any:
+    """The generation config a ``generate()`` call runs by: the caller's, else the model's."""
+    return kwargs.get("generation_config") or getattr(model, "generation_config", None)
+
+
 def _user_chose(model: Any, kwargs: dict[str, Any]) -> bool:
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = generation_config_of(model, kwargs)
     defaults = _defaults()
     for name in CHOICES:
         if kwargs.get(name) is not None:
@@ -120,7 +125,7 @@ def _contrastive(model: Any, kwargs: dict[str, Any]) -> bool:
     """Contrastive search (``penalty_alpha > 0`` with ``top_k > 1``, as Transformers chooses
     the mode): Transformers 4.x runs it on a cache it turns into tuples and crops, which a
     static cache cannot be; 5.x has moved it to the Hub. It runs as Transformers wrote it."""
-    config = kwargs.get("generation_config") or getattr(model, "generation_config", None)
+    config = generation_config_of(model, kwargs)
 
     def setting(name: str) -> Any:
         value = kwargs.get(name)

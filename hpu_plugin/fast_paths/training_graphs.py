@@ -101,11 +101,10 @@ _taken: weakref.WeakSet[Any] = weakref.WeakSet()
 #: The regions given their graphed forward as Accelerate first prepared each model, held
 #: weakly (the model's region is the model itself).
 _found: weakref.WeakKeyDictionary[Any, list[weakref.ref[Any]]] = weakref.WeakKeyDictionary()
-#: The parameter shapes of each Transformers model in :data:`_models`: a reference model is
-#: one shaped as a model that trains (a teacher or a reward model of another size is not).
+#: The Transformers models (a model and the models inside it) whose parts run graphs, with
+#: their parameter shapes: a reference model is one shaped as a model that trains (a teacher
+#: or a reward model of another size is not).
 _shapes: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
-#: The Transformers models (a model and the models inside it) whose parts run graphs.
-_models: weakref.WeakSet[Any] = weakref.WeakSet()
 #: Those of them that train through graphs.
 _trained: weakref.WeakSet[Any] = weakref.WeakSet()
 #: The parts of the models prepared for evaluation beside training (TRL's reference models):
@@ -367,14 +366,11 @@ def _scoring_call(model: Any, parameters: list[str], args: tuple[Any, ...],
     cache, so a reference model's pass keeps none unless the caller asks for one."""
     import torch
 
-    if torch.is_grad_enabled() or model not in _models or any(
+    if torch.is_grad_enabled() or model not in _shapes or any(
             _given(name, parameters, args, kwargs) is not None for name in CACHE_ARGUMENTS):
         return False, kwargs
-    if model.training:
-        reference = False
-        if model not in _trained:
-            return False, kwargs
-    elif not (reference := _reference(model)):
+    reference = not model.training
+    if not (_reference(model) if reference else model in _trained):
         return False, kwargs
     use = _given("use_cache", parameters, args, kwargs)
     if (reference and use is None and "use_cache" in parameters
@@ -592,15 +588,14 @@ def _noting_forward(patches: Patches, cls: type) -> None:
 
     original = vars(cls)["forward"] if "forward" in vars(cls) else cls.forward
     parameters = list(inspect.signature(original).parameters)
-    at = parameters.index("position_ids") if "position_ids" in parameters else None
 
     @functools.wraps(original)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return original(self, *args, **kwargs)
         # set in evaluation too: a frozen inner model must not inherit the outer one's answer
-        given = (args[at - 1] if len(args) >= at else kwargs.get("position_ids")
-                 ) if at is not None else True
+        given = (_given("position_ids", parameters, args, kwargs)
+                 if "position_ids" in parameters else True)
         own = _own_positions.set(given is None)
         scores, kwargs = _scoring_call(self, parameters, args, kwargs)
         scoring = _scoring.set(scores)
@@ -660,7 +655,6 @@ def _transformers_models(model: Any) -> list[Any]:
 def _note_models(model: Any) -> None:
     """``model``'s Transformers models run graphs; their shapes are kept."""
     for inner in _transformers_models(model):
-        _models.add(inner)
         _shapes[inner] = tuple(tuple(p.shape) for p in inner.parameters())
 
 
@@ -725,7 +719,6 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
         _found.clear()
         _taken.clear()
         _trained.clear()
-        _models.clear()
         _shapes.clear()
         _frozen.clear()
         _losses.clear()
