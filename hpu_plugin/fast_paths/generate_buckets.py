@@ -288,13 +288,30 @@ def plan_generate(
     length_to = bucket_for(length, buckets(registry, "length", limit))
     if limit is not None and length_to + new > limit >= length + new:
         length_to = limit - new  # the bucket would run past the model's positions
-    sampling = bool(_setting("do_sample", kwargs, config))
-    batch_to = batch if sampling else bucket_for(batch, buckets(registry, "batch", None))
+    fill = not (_setting("do_sample", kwargs, config) or _batched_inputs(kwargs, config))
+    batch_to = bucket_for(batch, buckets(registry, "batch", None)) if fill else batch
     cache_buckets = buckets(registry, "cache", max(limit or 0, length_to + new))
     if not cache_buckets:
         return f"{SWITCH}=0 or {SWITCH}_CACHE=0 is set"
     cache = bucket_for(length_to + new, cache_buckets)
     return GeneratePlan(batch, length, batch_to, length_to, cache, new)
+
+
+def _batched_inputs(kwargs: dict[str, Any], config: Any) -> list[str]:
+    """The model inputs besides the prompt and its mask (``pixel_values``,
+    ``image_grid_thw``, ``decoder_input_ids``...): a row added to the prompt would have none
+    of its own (a copied prompt's image tokens would find no image), so no row is added."""
+    import torch
+
+    def holds_tensor(value: Any) -> bool:
+        if isinstance(value, torch.Tensor):
+            return value.dim() > 0
+        if isinstance(value, list | tuple):
+            return any(holds_tensor(item) for item in value)
+        return isinstance(value, dict) and any(holds_tensor(item) for item in value.values())
+
+    return [name for name, value in kwargs.items() if name not in (
+        "input_ids", "attention_mask") and not hasattr(config, name) and holds_tensor(value)]
 
 
 def _pad_token(model: Any, kwargs: dict[str, Any]) -> int:

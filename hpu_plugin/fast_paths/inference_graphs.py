@@ -272,12 +272,23 @@ _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_
 def has_module_hooks(model: Any) -> bool:
     """Whether a module hook is in place (the user's on ``lm_head``, say): a replayed HPU
     graph runs no Python, and Dynamo does not guard on hooks added after it compiled
-    (``skip_nnmodule_hook_guards``), so graphs would skip it. Such a model runs eagerly."""
+    (``skip_nnmodule_hook_guards``), so graphs would skip it. Such a model runs eagerly.
+
+    Transformers' own output-capturing hooks do not count: installed once, the first time a
+    forward is asked for hidden states or attentions (LLaVA's vision tower, every call),
+    they stay, and do nothing unless that forward collects; when it does, it collects inside
+    the graph being traced or captured, as Transformers' own compiled ``generate()`` does."""
     from torch.nn.modules import module as nn_module
 
     if any(getattr(nn_module, f"_global{name}", None) for name in _HOOKS):
         return True
-    return any(getattr(m, name, None) for m in model.modules() for name in _HOOKS)
+    return any(not _captures_outputs(hook) for m in model.modules() for name in _HOOKS
+               for hook in (getattr(m, name, None) or {}).values())
+
+
+def _captures_outputs(hook: Any) -> bool:
+    return (getattr(hook, "__module__", None) == "transformers.utils.output_capturing"
+            and getattr(hook, "__name__", None) == "output_capturing_hook")
 
 
 def _admit(model: Any, key: tuple[int, ...], budget: int) -> bool:

@@ -165,3 +165,42 @@ def test_a_prompt_near_the_last_position_is_not_padded_past_it(run):
     assert "LENGTH 1010" in out, out[-3000:]
     # Transformers' reminder counts the padded length: the call itself stays inside
     assert "predefined maximum length" not in out, out[-3000:]
+
+
+@pytest.mark.e2e
+def test_image_prompts_keep_their_images_and_their_graphs(run):
+    """A vision-language model's prompts hold image tokens, each matched by an image in
+    ``pixel_values``: a batch filled up to its bucket with copies of the first prompt would
+    hold more image tokens than images. And the vision tower asks for hidden states, so
+    Transformers leaves its (idle) output-capturing hooks on the model: later calls still
+    run the graphs."""
+    script = """
+import copy, json
+import torch
+import transformers as T
+from hpu_emulator import counters
+torch.manual_seed(0)
+text = T.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     pad_token_id=0)
+vision = T.CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, image_size=28, patch_size=14, projection_dim=32)
+cpu = T.LlavaForConditionalGeneration(T.LlavaConfig(text_config=text, vision_config=vision,
+                                                    image_token_index=100)).eval()
+model = copy.deepcopy(cpu).to("hpu")
+ids = torch.tensor([[1, 100, 100, 100, 100, 5, 6, 7]] * 3)  # 3 prompts: batch bucket 4
+pixels = torch.randn(3, 3, 28, 28)
+kw = dict(max_new_tokens=5, do_sample=False)
+want = cpu.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels, **kw)
+out = {"same": [], "graphs": []}
+for call in range(3):
+    before = counters.snapshot()["compiled_graphs"]
+    got = model.generate(input_ids=ids.to("hpu"), attention_mask=torch.ones_like(ids).to("hpu"),
+                         pixel_values=pixels.to("hpu"), **kw).cpu()
+    out["same"].append(torch.equal(got, want))
+    out["graphs"].append(counters.snapshot()["compiled_graphs"] - before)
+print("RESULT" + json.dumps(out))
+"""
+    out = result_of(run(script, {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
+    assert out["same"] == [True, True, True], out
+    assert all(launched > 0 for launched in out["graphs"]), out
