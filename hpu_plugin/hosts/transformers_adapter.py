@@ -20,7 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hpu_plugin import importhook
-from hpu_plugin.hosts import transformers_fp8, transformers_fp8_hub, transformers_gaudi_ops
+from hpu_plugin.hosts import (
+    transformers_fp8,
+    transformers_fp8_hub,
+    transformers_gaudi_ops,
+    transformers_set_losses,
+)
 from hpu_plugin.hosts.env_section import gaudi_section
 from hpu_plugin.hosts.replacing import (
     cached_like,
@@ -440,5 +445,6 @@ def install(registry: Registry, patches: Patches, available: bool) -> None:
                              hook(transformers_fp8_hub.install_validate))
     importhook.when_imported("transformers.integrations.finegrained_fp8",
                              hook(transformers_fp8_hub.install_linear))
+    transformers_set_losses.install(patches)
     importhook.when_imported("transformers.cli.system", hook(install_env_cli))
     importhook.when_imported("transformers.commands.env", hook(install_env_command))
