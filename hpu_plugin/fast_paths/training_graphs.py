@@ -143,7 +143,12 @@ CACHE_ARGUMENTS = ("past_key_values", "cache")
 
 def repeated_blocks(model: Any) -> list[Any]:
     """The ``nn.ModuleList``s of two or more modules of one class, outermost first (the
-    decoder layers, not the experts inside them): Accelerate's rule for regions."""
+    decoder layers, not the experts inside them): Accelerate's rule for regions, with one
+    more condition. Every module of the class, in every such list, has the same parameter
+    shapes: the class's one compiled forward then sees one shape of weights. A class whose
+    modules differ (Swin's stages and their layers, a UNet's ResNet blocks at each width)
+    would be compiled again for each, with dynamic shapes (minutes of a first step) or past
+    Dynamo's recompile limit; it runs eagerly."""
     import torch
 
     found: list[Any] = []
@@ -151,13 +156,21 @@ def repeated_blocks(model: Any) -> list[Any]:
     def walk(module: Any) -> None:
         for child in module.children():
             if (isinstance(child, torch.nn.ModuleList) and len(child) > 1
-                    and all(type(m) is type(child[0]) for m in child)):
+                    and all(type(m) is type(child[0]) for m in child)
+                    and len({_weight_shapes(m) for m in child}) == 1):
                 found.append(child)
             else:
                 walk(child)
 
     walk(model)
-    return found
+    shapes: dict[type, set[tuple[Any, ...]]] = {}
+    for blocks in found:
+        shapes.setdefault(type(blocks[0]), set()).add(_weight_shapes(blocks[0]))
+    return [blocks for blocks in found if len(shapes[type(blocks[0])]) == 1]
+
+
+def _weight_shapes(module: Any) -> tuple[Any, ...]:
+    return tuple((name, tuple(p.shape)) for name, p in module.named_parameters())
 
 
 def whole_model(model: Any) -> bool:
@@ -232,17 +245,23 @@ def _on_hpu(model: Any) -> bool:
 
 def _dropout(model: Any, compiled: list[Any]) -> str | None:
     """The dropout a compiled region would apply in training, if any: a ``Dropout`` module
-    with ``p > 0``, or a nonzero ``*dropout*`` / ``*pdrop*`` value of the model's config (the
-    attention's functional dropout)."""
+    with ``p > 0``, stochastic depth (Transformers' ``*DropPath`` modules, ``drop_prob > 0``),
+    or a nonzero ``*dropout*`` / ``*pdrop*`` / ``*drop_path*`` value of the model's config
+    (the attention's functional dropout, the depth's drop rate)."""
     import torch
 
     for region in compiled:
         for module in region.modules():
             if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
                 return f"{type(module).__name__}(p={module.p})"
+            drop = getattr(module, "drop_prob", None)
+            if (type(module).__name__.endswith("DropPath") and isinstance(drop, float)
+                    and drop > 0):
+                return f"{type(module).__name__}(drop_prob={drop})"
     config = getattr(model, "config", None)
     for name, value in sorted(vars(config).items() if config is not None else ()):
-        if (("dropout" in name or "pdrop" in name) and isinstance(value, float)
+        if (any(word in name for word in ("dropout", "pdrop", "drop_path"))
+                and isinstance(value, float)
                 and not isinstance(value, bool) and value > 0):
             return f"config.{name}={value}"
     return None
@@ -272,7 +291,7 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
                 "not (bf16, Gaudi's precision, trains through graphs)")
     blocks = repeated_blocks(model)
     if not blocks:
-        return f"{type(model).__name__} has no repeated blocks"
+        return f"{type(model).__name__} has no repeated blocks of one shape"
     dropout = _dropout(model, regions(model))
     if dropout is not None:
         return f"{dropout} is on: a graph draws other random numbers than eager mode"
