@@ -144,11 +144,12 @@ CACHE_ARGUMENTS = ("past_key_values", "cache")
 def repeated_blocks(model: Any) -> list[Any]:
     """The ``nn.ModuleList``s of two or more modules of one class, outermost first (the
     decoder layers, not the experts inside them): Accelerate's rule for regions, with one
-    more condition. Every module of the class, in every such list, has the same parameter
-    shapes: the class's one compiled forward then sees one shape of weights. A class whose
-    modules differ (Swin's stages and their layers, a UNet's ResNet blocks at each width)
-    would be compiled again for each, with dynamic shapes (minutes of a first step) or past
-    Dynamo's recompile limit; it runs eagerly."""
+    more condition. No two modules of the class, in any such list, hold a parameter of one
+    name in two shapes: a class's one compiled forward would be compiled again for each
+    width (Swin's stages and their layers, a UNet's ResNet blocks at each level), with
+    dynamic shapes (minutes of a first step) or past Dynamo's recompile limit, so such a
+    class runs eagerly. Layers that differ in what they hold (DeepSeek's dense and MoE
+    layers) keep their graphs: one more compilation each."""
     import torch
 
     found: list[Any] = []
@@ -157,20 +158,26 @@ def repeated_blocks(model: Any) -> list[Any]:
         for child in module.children():
             if (isinstance(child, torch.nn.ModuleList) and len(child) > 1
                     and all(type(m) is type(child[0]) for m in child)
-                    and len({_weight_shapes(m) for m in child}) == 1):
+                    and _one_width(list(child))):
                 found.append(child)
             else:
                 walk(child)
 
     walk(model)
-    shapes: dict[type, set[tuple[Any, ...]]] = {}
+    by_class: dict[type, list[Any]] = {}
     for blocks in found:
-        shapes.setdefault(type(blocks[0]), set()).add(_weight_shapes(blocks[0]))
-    return [blocks for blocks in found if len(shapes[type(blocks[0])]) == 1]
+        by_class.setdefault(type(blocks[0]), []).extend(blocks)
+    return [blocks for blocks in found if _one_width(by_class[type(blocks[0])])]
 
 
-def _weight_shapes(module: Any) -> tuple[Any, ...]:
-    return tuple((name, tuple(p.shape)) for name, p in module.named_parameters())
+def _one_width(modules: list[Any]) -> bool:
+    """Whether no parameter name has two shapes among ``modules``."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for module in modules:
+        for name, parameter in module.named_parameters():
+            if shapes.setdefault(name, tuple(parameter.shape)) != tuple(parameter.shape):
+                return False
+    return True
 
 
 def whole_model(model: Any) -> bool:
@@ -291,7 +298,7 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
                 "not (bf16, Gaudi's precision, trains through graphs)")
     blocks = repeated_blocks(model)
     if not blocks:
-        return f"{type(model).__name__} has no repeated blocks of one shape"
+        return f"{type(model).__name__} has no repeated blocks of one width"
     dropout = _dropout(model, regions(model))
     if dropout is not None:
         return f"{dropout} is on: a graph draws other random numbers than eager mode"
