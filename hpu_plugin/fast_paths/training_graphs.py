@@ -141,15 +141,19 @@ _scoring: contextvars.ContextVar[bool] = contextvars.ContextVar(
 CACHE_ARGUMENTS = ("past_key_values", "cache")
 
 
+#: The most shapes one parameter may have among the blocks of a class that share a graph.
+MOST_WIDTHS = 2
+
+
 def repeated_blocks(model: Any) -> list[Any]:
     """The ``nn.ModuleList``s of two or more modules of one class, outermost first (the
     decoder layers, not the experts inside them): Accelerate's rule for regions, with one
-    more condition. No two modules of the class, in any such list, hold a parameter of one
-    name in two shapes: a class's one compiled forward would be compiled again for each
-    width (Swin's stages and their layers, a UNet's ResNet blocks at each level), with
-    dynamic shapes (minutes of a first step) or past Dynamo's recompile limit, so such a
-    class runs eagerly. Layers that differ in what they hold (DeepSeek's dense and MoE
-    layers) keep their graphs: one more compilation each."""
+    more condition. Among all the modules of the class, no parameter has more than
+    :data:`MOST_WIDTHS` shapes. Two widths (CLIP's text and vision towers, Gemma 4's sliding
+    and full attention layers) cost the class's compiled forward one more compilation; a
+    hierarchy of stages, each wider than the last (Swin's, ConvNeXt's, a UNet's levels),
+    one for every stage, traced with dynamic shapes (minutes of a first step) or past
+    Dynamo's recompile limit, so such a class runs eagerly."""
     import torch
 
     found: list[Any] = []
@@ -158,7 +162,7 @@ def repeated_blocks(model: Any) -> list[Any]:
         for child in module.children():
             if (isinstance(child, torch.nn.ModuleList) and len(child) > 1
                     and all(type(m) is type(child[0]) for m in child)
-                    and _one_width(list(child))):
+                    and _widths(list(child)) <= MOST_WIDTHS):
                 found.append(child)
             else:
                 walk(child)
@@ -167,17 +171,16 @@ def repeated_blocks(model: Any) -> list[Any]:
     by_class: dict[type, list[Any]] = {}
     for blocks in found:
         by_class.setdefault(type(blocks[0]), []).extend(blocks)
-    return [blocks for blocks in found if _one_width(by_class[type(blocks[0])])]
+    return [blocks for blocks in found if _widths(by_class[type(blocks[0])]) <= MOST_WIDTHS]
 
 
-def _one_width(modules: list[Any]) -> bool:
-    """Whether no parameter name has two shapes among ``modules``."""
-    shapes: dict[str, tuple[int, ...]] = {}
+def _widths(modules: list[Any]) -> int:
+    """The most shapes one parameter name has among ``modules``."""
+    shapes: dict[str, set[tuple[int, ...]]] = {}
     for module in modules:
         for name, parameter in module.named_parameters():
-            if shapes.setdefault(name, tuple(parameter.shape)) != tuple(parameter.shape):
-                return False
-    return True
+            shapes.setdefault(name, set()).add(tuple(parameter.shape))
+    return max((len(seen) for seen in shapes.values()), default=1)
 
 
 def whole_model(model: Any) -> bool:
@@ -262,16 +265,20 @@ def _dropout(model: Any, compiled: list[Any]) -> str | None:
             if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
                 return f"{type(module).__name__}(p={module.p})"
             drop = getattr(module, "drop_prob", None)
-            if (type(module).__name__.endswith("DropPath") and isinstance(drop, float)
-                    and drop > 0):
-                return f"{type(module).__name__}(drop_prob={drop})"
+            if type(module).__name__.endswith("DropPath") and _positive(drop):
+                return f"{type(module).__name__}(drop_prob={float(drop):g})"
     config = getattr(model, "config", None)
     for name, value in sorted(vars(config).items() if config is not None else ()):
-        if (any(word in name for word in ("dropout", "pdrop", "drop_path"))
-                and isinstance(value, float)
-                and not isinstance(value, bool) and value > 0):
+        if any(word in name for word in ("dropout", "pdrop", "drop_path")) and _positive(value):
             return f"config.{name}={value}"
     return None
+
+
+def _positive(value: Any) -> bool:
+    """A probability above 0: a number (not a flag) or a tensor of one."""
+    if hasattr(value, "numel") and value.numel() == 1:
+        value = value.item()
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
 
 
 def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
@@ -298,7 +305,7 @@ def why_not(registry: Registry, accelerator: Any, model: Any) -> str | None:
                 "not (bf16, Gaudi's precision, trains through graphs)")
     blocks = repeated_blocks(model)
     if not blocks:
-        return f"{type(model).__name__} has no repeated blocks of one width"
+        return f"{type(model).__name__} has no repeated blocks of at most two widths"
     dropout = _dropout(model, regions(model))
     if dropout is not None:
         return f"{dropout} is on: a graph draws other random numbers than eager mode"

@@ -15,6 +15,7 @@ gets, where the step failed.
 
 from __future__ import annotations
 
+import copy
 import functools
 import types
 from collections.abc import Callable
@@ -28,6 +29,8 @@ DEVICE_TYPE = "hpu"
 #: (Transformers 4.51 to 5.24); a module a release does not have is never imported, and its
 #: hook never runs.
 MODULES = (
+    "transformers.loss.loss_d_fine",
+    "transformers.loss.loss_deimv2",
     "transformers.loss.loss_for_object_detection",
     "transformers.loss.loss_deformable_detr",
     "transformers.loss.loss_grounding_dino",
@@ -44,15 +47,21 @@ MODULES = (
 
 
 def _float32(value: Any) -> Any:
-    """``value`` with its bf16 and float16 tensors in float32, lists and dicts included."""
+    """``value`` with its bf16 and float16 tensors in float32, inside lists, tuples and
+    dicts too, each container of its own type (a ``ModelOutput`` stays one)."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return value.float() if value.dtype in (torch.bfloat16, torch.float16) else value
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple
+        return type(value)(*(_float32(item) for item in value))
     if isinstance(value, list | tuple):
         return type(value)(_float32(item) for item in value)
     if isinstance(value, dict):
-        return {key: _float32(item) for key, item in value.items()}
+        converted = copy.copy(value)
+        for key, item in value.items():
+            converted[key] = _float32(item)
+        return converted
     return value
 
 

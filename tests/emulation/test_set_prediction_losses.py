@@ -1,7 +1,9 @@
 """Detection and segmentation losses under Gaudi's bf16 autocast: DETR's and Mask2Former's
 losses match predictions to targets with SciPy on the host, which refuses the bf16 cost
 matrix Gaudi's autocast makes (it runs ``softmax`` and ``mul`` in bf16, where CUDA's runs
-them in float32). A bf16 ``Trainer`` trains them on ``hpu`` as on the CPU."""
+them in float32). A bf16 ``Trainer`` trains DETR on ``hpu`` as on the CPU, and Mask2Former as
+in float32 on ``hpu`` (its loss samples points with the device's generator, so the CPU's
+points are other points)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Which blocks train through graphs, for models whose repeated blocks are not all alike.
 
 One compiled forward serves every block of a class. Where the blocks of a class differ in
-shape (a diffusers UNet's ResNet blocks at each width, Swin's stages), that forward would be
-compiled again for each shape, with dynamic shapes or past Dynamo's recompile limit: such a
-class runs eagerly. And stochastic depth (``drop_path_rate``, on by default in Swin) draws
-random numbers as dropout does, so it keeps the eager path as dropout does.
+width, stage after stage (a diffusers UNet's ResNet and transformer blocks at each level),
+that forward would be compiled again for each width, with dynamic shapes or past Dynamo's
+recompile limit: a class whose blocks come in more than two widths runs eagerly. And
+stochastic depth (``drop_path_rate``, on by default in Swin) draws random numbers as dropout
+does, so it keeps the eager path as dropout does.
 """
 
 from __future__ import annotations
@@ -36,11 +37,11 @@ if os.environ["ARM"] == "unet":  # Stable Diffusion 1.5's layout, tiny widths
         to = accelerator.device
         predicted = model(latents.to(to) + noise.to(to), steps.to(to), states.to(to)).sample
         return F.mse_loss(predicted.float(), noise.to(to))
-else:  # Swin as its config makes it: stochastic depth 0.1
+else:  # Swin with its config's stochastic depth (0.1)
     from transformers import SwinConfig, SwinForImageClassification
     model = SwinForImageClassification(SwinConfig(
-        image_size=32, patch_size=4, embed_dim=16, depths=[2, 2], num_heads=[2, 4],
-        window_size=4, num_labels=3))
+        image_size=32, patch_size=4, embed_dim=16, depths=[4], num_heads=[2], window_size=4,
+        num_labels=3))  # one stage: its four layers are one width
     def loss_of(model, rng):
         pixels = torch.randn(2, 3, 32, 32, generator=rng)
         labels = torch.randint(0, 3, (2,), generator=rng)
@@ -72,6 +73,7 @@ def _both(run, arm: str) -> tuple[dict, dict, str]:
 def test_blocks_of_one_class_and_several_shapes_train_eagerly(run):
     on, off, stderr = _both(run, "unet")
     assert "recompile_limit" not in stderr, stderr[-3000:]
+    assert on["graphs"] == 0, on  # its ResNet and transformer blocks come in three widths
     assert on["losses"] == pytest.approx(off["losses"], rel=1e-5), (on, off)
 
 
