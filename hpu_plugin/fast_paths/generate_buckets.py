@@ -62,6 +62,9 @@ GENERATE_CHOICES = (
     # the user's own processors and criteria read input_ids, which padding lengthens
     "logits_processor", "stopping_criteria", "prefix_allowed_tokens_fn",
 )
+#: Inputs of a value per prompt token that Transformers' ``generate()`` extends itself as
+#: tokens come: padded with 0 (text) where the mask is 0, as a processor pads a batch.
+TOKEN_TYPES = ("token_type_ids", "mm_token_type_ids", "moe_mm_token_type_ids")
 #: Generation settings under which padding could change the result, with their neutral values.
 NEUTRAL_SETTINGS: dict[str, tuple[Any, ...]] = {
     "num_beams": (None, 1),
@@ -298,7 +301,7 @@ def plan_generate(
 
 
 def _batched_inputs(kwargs: dict[str, Any], config: Any) -> list[str]:
-    """The model inputs besides the prompt and its mask (``pixel_values``,
+    """The model inputs besides the prompt, its mask and its token types (``pixel_values``,
     ``image_grid_thw``, ``decoder_input_ids``...): a row added to the prompt would have none
     of its own (a copied prompt's image tokens would find no image), so no row is added."""
     import torch
@@ -311,7 +314,8 @@ def _batched_inputs(kwargs: dict[str, Any], config: Any) -> list[str]:
         return isinstance(value, dict) and any(holds_tensor(item) for item in value.values())
 
     return [name for name, value in kwargs.items() if name not in (
-        "input_ids", "attention_mask") and not hasattr(config, name) and holds_tensor(value)]
+        "input_ids", "attention_mask", *TOKEN_TYPES) and not hasattr(config, name)
+        and holds_tensor(value)]
 
 
 def _pad_token(model: Any, kwargs: dict[str, Any]) -> int:
@@ -327,23 +331,26 @@ def _pad_token(model: Any, kwargs: dict[str, Any]) -> int:
     return 0
 
 
-def pad_prompt(plan: GeneratePlan, input_ids: Any, mask: Any, pad_token: int) -> tuple[Any, Any]:
-    """Left-pad to the length bucket (mask 0), then fill the batch with copies of row 0."""
+def pad_prompt(plan: GeneratePlan, rows: dict[str, Any], pad_token: int) -> dict[str, Any]:
+    """Left-pad each per-token input to the length bucket (the prompt with ``pad_token``, its
+    mask and token types with 0: masked text), then fill the batch with copies of row 0."""
     import torch
 
-    extra = plan.length_to - plan.length
-    if extra:
-        ids_pad = input_ids.new_full((plan.batch, extra), pad_token)
-        input_ids = torch.cat([ids_pad, input_ids], dim=1)
-        mask = torch.cat([mask.new_zeros((plan.batch, extra)), mask], dim=1)
-    rows = plan.batch_to - plan.batch
-    if rows:
-        input_ids = torch.cat([input_ids, input_ids[:1].expand(rows, -1)], dim=0)
-        mask = torch.cat([mask, mask[:1].expand(rows, -1)], dim=0)
-    return input_ids, mask
+    padded = {}
+    for name, value in rows.items():
+        extra = plan.length_to - plan.length
+        if extra:
+            fill = pad_token if name == "input_ids" else 0
+            value = torch.cat([value.new_full((plan.batch, extra), fill), value], dim=1)
+        if plan.batch_to > plan.batch:
+            value = torch.cat([value, value[:1].expand(plan.batch_to - plan.batch, -1)], dim=0)
+        padded[name] = value
+    return padded
 
 
-def _prompt_and_mask(model: Any, inputs: Any, kwargs: dict[str, Any]) -> tuple[Any, Any] | str:
+def _prompt_rows(model: Any, inputs: Any, kwargs: dict[str, Any]) -> dict[str, Any] | str:
+    """The prompt, its mask and its token types (the inputs that bucketing pads), or why
+    the call cannot be padded."""
     import torch
 
     input_ids = inputs if inputs is not None else kwargs.get("input_ids")
@@ -358,12 +365,15 @@ def _prompt_and_mask(model: Any, inputs: Any, kwargs: dict[str, Any]) -> tuple[A
         mask = torch.ones_like(input_ids)
     elif mask.shape != input_ids.shape:
         return "the attention_mask is not shaped like the prompt"
-    for name, value in kwargs.items():  # position_ids, token_type_ids...: not padded here
+    rows = {"input_ids": input_ids, "attention_mask": mask}
+    for name, value in kwargs.items():  # position_ids, 3-D token types...: not padded here
         per_token = isinstance(value, torch.Tensor) and value.dim() >= 2 and (
             input_ids.shape in (value.shape[:2], value.shape[-2:]))
-        if per_token and name not in ("input_ids", "attention_mask"):
+        if name in TOKEN_TYPES and per_token and value.shape == input_ids.shape:
+            rows[name] = value
+        elif per_token and name not in rows:
             return f"you passed {name}= with a value for each token of the prompt"
-    return input_ids, mask
+    return rows
 
 
 def _fix(why: str, what: str) -> str:
@@ -401,16 +411,17 @@ def _bucketed_generate(
     """Run ``generate()`` padded to buckets; else unpadded, with the reason. With ``graphs``
     (an uncompiled model: ``inference_graphs``) the decoding steps run as graphs: compiled by
     Transformers (``"eager"``), or HPU graphs (``"lazy"``)."""
-    prompt = _prompt_and_mask(model, inputs, kwargs)
-    plan = prompt if isinstance(prompt, str) else plan_generate(registry, model, prompt[0], kwargs)
+    prompt = _prompt_rows(model, inputs, kwargs)
+    plan = prompt if isinstance(prompt, str) else plan_generate(
+        registry, model, prompt["input_ids"], kwargs)
     if isinstance(plan, str) or isinstance(prompt, str):
         return original(model, inputs, **kwargs), plan if isinstance(plan, str) else prompt
     extra = _graph_kwargs(model, plan, graphs)
     if extra is None:
         return original(model, inputs, **kwargs), "the model's graph budget is spent"
-    input_ids, mask = pad_prompt(plan, *prompt, _pad_token(model, kwargs))
-    call = {k: v for k, v in kwargs.items()
-            if k not in ("input_ids", "max_length", "min_length", "attention_mask")}
+    padded = pad_prompt(plan, prompt, _pad_token(model, kwargs))
+    input_ids = padded.pop("input_ids")
+    call = {k: v for k, v in kwargs.items() if k not in ("max_length", "min_length", *prompt)}
     cache = extra.pop("cache", None)  # lazy mode's kept cache: an argument, not a setting
     if graphs == "eager" and decoding_loop.takes(model, kwargs):
         call["custom_generate"] = decoding_loop.decode
@@ -427,7 +438,7 @@ def _bucketed_generate(
     else:
         call["cache"] = cache
     call.update(_generation_settings(call, settings))
-    call["attention_mask"] = mask
+    call.update(padded)
     token = _cache_length.set(plan.cache)
     try:
         with static_graphs(), inference_graphs.graphed(model, graphs):

@@ -74,8 +74,9 @@ print("TOTAL", dict(gc.stats())["TotalNumber"])
 @pytest.mark.e2e
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "default-graphs"])
 def test_per_token_inputs_the_user_passes_are_not_padded_away(run, compiled):
-    """``position_ids`` or ``token_type_ids`` hold a value per prompt token: a bucketed call
-    would pad the prompt and not them, so such a call runs at its own length."""
+    """The user's ``position_ids`` hold a value per prompt token, which no padding could
+    keep: a bucketed call would pad the prompt and not them, so such a call runs at its own
+    length."""
     script = LLAMA + """
 import copy, json
 with torch.no_grad():  # sharper attention, so that positions decide the tokens
@@ -203,4 +204,51 @@ print("RESULT" + json.dumps(out))
 """
     out = result_of(run(script, {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
     assert out["same"] == [True, True, True], out
+    assert all(launched > 0 for launched in out["graphs"]), out
+
+
+@pytest.mark.e2e
+def test_token_types_from_a_processor_are_padded_with_the_prompt(run):
+    """Qwen2-VL's processor returns ``mm_token_type_ids``, a value per prompt token (0 for
+    text): padded with 0 under the mask, as the processor pads a batch, so such calls run
+    bucketed, as graphs, with the CPU's tokens: prompts with images, left padding, and a
+    text-only batch of 3 filled up to its bucket of 4."""
+    script = """
+import copy, json
+import torch
+import transformers as T
+from hpu_emulator import counters
+torch.manual_seed(0)
+config = T.Qwen2VLConfig(
+    text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
+                                      "rope_theta": 10000.0}),
+    vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=2,
+                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+    image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
+    pad_token_id=0)
+cpu = T.Qwen2VLForConditionalGeneration(config).eval()
+model = copy.deepcopy(cpu).to("hpu")
+image = [152, 150, 150, 150, 150, 153]  # one image of 4 x 4 patches: 4 tokens
+ids = torch.tensor([[0, 0, 1, *image, 5, 6, 7], [1, 9, 8, *image, 5, 6, 7]])
+mask = (ids != 0).long()
+mask[1] = 1
+calls = [dict(input_ids=ids, attention_mask=mask, mm_token_type_ids=(ids == 150).long(),
+              pixel_values=torch.randn(32, 24), image_grid_thw=torch.tensor([[1, 4, 4]] * 2))]
+text = torch.randint(1, 140, (3, 7))
+calls.append(dict(input_ids=text, attention_mask=torch.ones_like(text),
+                  mm_token_type_ids=torch.zeros_like(text)))
+out = {"same": [], "graphs": []}
+for inputs in calls + calls:
+    want = cpu.generate(**inputs, max_new_tokens=6, do_sample=False)
+    before = counters.snapshot()["compiled_graphs"]
+    got = model.generate(**{k: v.to("hpu") for k, v in inputs.items()}, max_new_tokens=6,
+                         do_sample=False).cpu()
+    out["same"].append(torch.equal(got, want))
+    out["graphs"].append(counters.snapshot()["compiled_graphs"] - before)
+print("RESULT" + json.dumps(out))
+"""
+    out = result_of(run(script, {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
+    assert out["same"] == [True] * 4, out
     assert all(launched > 0 for launched in out["graphs"]), out
