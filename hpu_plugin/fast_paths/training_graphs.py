@@ -630,6 +630,8 @@ def _noting_forward(patches: Patches, cls: type) -> None:
         given = (_given("position_ids", parameters, args, kwargs)
                  if "position_ids" in parameters else True)
         own = _own_positions.set(given is None)
+        if _cache_unasked(self, parameters, args, kwargs):
+            kwargs = {**kwargs, "use_cache": False}
         scores, kwargs = _scoring_call(self, parameters, args, kwargs)
         scoring = _scoring.set(scores)
         try:
@@ -639,6 +641,23 @@ def _noting_forward(patches: Patches, cls: type) -> None:
             _own_positions.reset(own)
 
     patches.set(cls, "forward", ours(forward))
+
+
+def _cache_unasked(model: Any, parameters: list[str], args: tuple[Any, ...],
+                   kwargs: dict[str, Any]) -> bool:
+    """Is this a training pass with gradients, through graphs, whose caller asked for no
+    cache (neither ``use_cache=True`` nor a cache)? Its model would still build one where its
+    config says ``use_cache=True``: a causal LM's default, and a language model's inside
+    LLaVA or Qwen2-VL, whose own config the ``Trainer`` does not turn off. The blocks write
+    that cache by layer index, so each layer would compile a graph of its own. Such a pass
+    builds none, as Transformers' gradient checkpointing decides too."""
+    import torch
+
+    return (model in _trained and model.training and torch.is_grad_enabled()
+            and "use_cache" in parameters
+            and _given("use_cache", parameters, args, kwargs) is None
+            and all(_given(name, parameters, args, kwargs) is None
+                    for name in CACHE_ARGUMENTS if name in parameters or name in kwargs))
 
 
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
