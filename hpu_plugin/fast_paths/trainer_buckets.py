@@ -58,6 +58,8 @@ PAD_VALUES: dict[str, int | None] = {
     "input_ids": None, "attention_mask": 0, "labels": -100, "token_type_ids": 0,
     "position_ids": 0, "special_tokens_mask": 1, "decoder_input_ids": None,
     "decoder_attention_mask": 0,
+    # which tokens are text (0), image or video: Qwen2-VL's and its kin's processors
+    "mm_token_type_ids": 0, "moe_mm_token_type_ids": 0,
     # TRL's: which tokens the loss counts (DPO, SFT's completion-only and assistant-only loss)
     "completion_mask": 0, "assistant_masks": 0,
 }

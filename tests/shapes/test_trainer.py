@@ -417,3 +417,62 @@ def test_heads_that_read_padded_positions_train_on_their_own_lengths(run, kind):
     plain = result_of(run(script, {"HPU_PLUGIN_BUCKETS": "0"}))
     assert default["wrapped"] != "BucketingCollator", default
     assert default["losses"] == pytest.approx(plain["losses"], rel=1e-4), (default, plain)
+
+
+QWEN2_VL = """
+import json, random
+import torch
+import transformers as T
+torch.manual_seed(0)
+model = T.Qwen2VLForConditionalGeneration(T.Qwen2VLConfig(
+    text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
+                                      "rope_theta": 10000.0}),
+    vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=2,
+                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+    image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
+    pad_token_id=0))
+rng = random.Random(0)
+rows = []
+for i in range(8):  # an image of 4 x 4 patches (4 tokens), then text of its own length
+    text = [rng.randint(2, 140) for _ in range(rng.randint(3, 40))]
+    ids = [1, 152, 150, 150, 150, 150, 153] + text
+    rows.append({"input_ids": ids, "pixel_values": torch.randn(16, 24),
+                 "image_grid_thw": torch.tensor([1, 4, 4])})
+
+def collate(features):  # as a processor pads a batch: to its longest row
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.tensor([f["input_ids"] + [0] * (longest - len(f["input_ids"])) for f in features])
+    mask = (torch.arange(longest) < torch.tensor([[len(f["input_ids"])] for f in features])).long()
+    return {"input_ids": ids, "attention_mask": mask, "mm_token_type_ids": (ids == 150).long(),
+            "labels": ids.masked_fill((mask == 0) | (ids >= 150), -100),
+            "pixel_values": torch.cat([f["pixel_values"] for f in features]),
+            "image_grid_thw": torch.stack([f["image_grid_thw"] for f in features])}
+
+class Seen(T.Trainer):
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        self.seen.append(inputs["input_ids"].shape[1])
+        return super().compute_loss(model, inputs, *args, **kwargs)
+
+args = T.TrainingArguments(output_dir="/tmp/hpu-plugin-test-qwen2-vl", max_steps=4,
+                           per_device_train_batch_size=2, report_to=[], save_strategy="no",
+                           logging_steps=1, seed=0)
+trainer = Seen(model=model, args=args, train_dataset=rows, data_collator=collate)
+trainer.seen = []
+trainer.train()
+losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+print("RESULT" + json.dumps({"losses": losses, "seen": trainer.seen}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_processors_token_types_are_padded_with_the_batch(run):
+    """Qwen2-VL needs ``mm_token_type_ids``, a value per token (0 for text), beside its
+    prompt: its training batches land on buckets (padded as text, under the mask) with the
+    unpadded losses."""
+    bucketed = result_of(run(QWEN2_VL, {"HPU_PLUGIN_BUCKETS_GROUP": "0"}))
+    plain = result_of(run(QWEN2_VL, {"HPU_PLUGIN_BUCKETS": "0"}))
+    assert set(bucketed["seen"]) == {64}, bucketed
+    assert set(plain["seen"]) != {64}, plain
+    assert bucketed["losses"] == pytest.approx(plain["losses"], rel=1e-4), (bucketed, plain)
