@@ -382,7 +382,7 @@ class StepWatch:
         if len(self.seen) >= WARN_AFTER:
             say_once(
                 f"recompiling:{self.where}", logging.WARNING,
-                "hpu_plugin: %s with a compiled model keeps compiling new graphs (%d so far) as "
+                "hpu_plugin: %s keeps compiling new graphs (%d so far) as "
                 "dimension %d of %s varies (%s); %s", self.where, after, dim, key,
                 ", ".join(map(str, sizes[:6])), fix,
             )
@@ -417,7 +417,8 @@ def _explainer(trainer: Any, sizes: tuple[int, ...]
             return f"{why_unbucketed}: see hpu-plugin info for the plugin that answered."
         if not why_unbucketed.startswith(("padding=", "pad_to_multiple_of=", "no collator")):
             return (f"lengths are left as they are because {why_unbucketed}: pad to a few "
-                    "lengths yourself (a tokenizer's padding='max_length') to compile once.")
+                    "lengths yourself (your tokenizer's or feature extractor's "
+                    "padding='max_length') to compile once.")
         return (f"your collator's {why_unbucketed} decides the lengths: remove it to let "
                 "hpu-plugin pad batches to a few length buckets, or pad to a few lengths "
                 "yourself (padding='max_length').")
@@ -541,7 +542,12 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
         return bucketing.groups(batch)[1]
 
     explain = _explainer(trainer, sizes)
-    for name, where in (("training_step", "training"), ("prediction_step", "evaluation")):
+    # the user who compiled nothing is told whose graphs these are
+    graphs = ("with a compiled model",) * 2 if by_user else (
+        "through hpu-plugin's training graphs (HPU_PLUGIN_FAST_TRAIN_GRAPHS=0 turns them off)",
+        "through hpu-plugin's graphs")
+    for name, where in (("training_step", f"training {graphs[0]}"),
+                        ("prediction_step", f"evaluation {graphs[1]}")):
         step = getattr(trainer, name, None)
         if callable(step) and not is_ours(step):
             patches.set_on_instance(trainer, name,

@@ -135,6 +135,13 @@ def test_recompiling_with_buckets_off_names_the_switch(run):
     # bucketed, the same lengths compile once per bucket and warn nothing
     bucketed = run(script)
     assert "keeps compiling" not in bucketed
+    # unchanged code compiles nothing itself: the warning says whose graphs these are
+    output = run(script.replace("torch_compile=True", "torch_compile=False"),
+                 {"HPU_PLUGIN_BUCKETS": "0"})
+    warnings = [line for line in output.splitlines() if "keeps compiling" in line]
+    assert len(warnings) == 1, output[-3000:]
+    assert "training through hpu-plugin's training graphs" in warnings[0], warnings
+    assert "HPU_PLUGIN_FAST_TRAIN_GRAPHS=0" in warnings[0], warnings
 
 
 #: A collator with a key of the user's own (per-token weights its Trainer pops), whose padding
