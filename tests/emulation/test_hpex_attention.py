@@ -68,6 +68,13 @@ for dtype in (torch.float32, torch.bfloat16):
         compare(f"gqa head mask {r}", q, *kv, (gmask.to("hpu"), 0.0, False, None, "None",
                                                  recompute),
                 {"attn_mask": gmask, "enable_gqa": True})
+        if recompute:  # inference: the output alone, without the probabilities
+            compare(f"inference float mask {d}", q, k, v, (mask.to("hpu"), 0.0, False),
+                    {"attn_mask": mask}, train=False)
+            compare(f"inference bool mask {d}", q, k, v, (keep.to("hpu"), 0.0, False),
+                    {"attn_mask": keep}, train=False)
+            compare(f"inference gqa head mask {d}", q, *kv, (gmask.to("hpu"), 0.0, False),
+                    {"attn_mask": gmask, "enable_gqa": True}, train=False)
         mq = [torch.randn(2, 1, 16, 32, dtype=dtype) for _ in range(2)]
         compare(f"mqa {r}", q, *mq, (None, 0.0, False, None, "None", recompute),
                 {"enable_gqa": True})
@@ -208,7 +215,7 @@ def results(emulator_built: None) -> dict[str, list]:
 
 
 def test_every_case_ran(results):
-    assert len(results) == 51, sorted(results)
+    assert len(results) == 57, sorted(results)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

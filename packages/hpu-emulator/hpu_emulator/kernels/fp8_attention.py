@@ -82,8 +82,8 @@ def _attention(op: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     keep = attention._keep_mask(q, k, is_causal, valid_seq_len, seq_padding_type)
     scores = attention._scores(_times(q.float(), dq), _times(k.float(), dk), attention_mask,
                                scale, keep)
-    m, linv = attention._stats(scores)
-    probs = torch.exp(scores - m) * linv
+    exps, m, linv = attention._stats(scores)
+    probs = exps * linv
     weights = probs
     if quantized:
         weights = _times(_round(_times(probs, qs), q.dtype).float(), ds)
