@@ -369,7 +369,9 @@ def _prompt_rows(model: Any, inputs: Any, kwargs: dict[str, Any]) -> dict[str, A
     for name, value in kwargs.items():  # position_ids, 3-D token types...: not padded here
         per_token = isinstance(value, torch.Tensor) and value.dim() >= 2 and (
             input_ids.shape in (value.shape[:2], value.shape[-2:]))
-        if name in TOKEN_TYPES and per_token and value.shape == input_ids.shape:
+        if name in TOKEN_TYPES and isinstance(value, torch.Tensor):
+            if value.shape != input_ids.shape:
+                return f"you passed {name}= shaped {list(value.shape)}, not as the prompt"
             rows[name] = value
         elif per_token and name not in rows:
             return f"you passed {name}= with a value for each token of the prompt"

@@ -632,6 +632,10 @@ def _noting_forward(patches: Patches, cls: type) -> None:
         own = _own_positions.set(given is None)
         if _cache_unasked(self, parameters, args, kwargs):
             kwargs = {**kwargs, "use_cache": False}
+            say_once(("training-no-cache", cls.__qualname__), logging.INFO,
+                     "hpu_plugin: %s trains through graphs without a key-value cache (its "
+                     "config's use_cache=True, which no caller asked for): pass use_cache=True "
+                     "to a forward that needs one", cls.__qualname__)
         scores, kwargs = _scoring_call(self, parameters, args, kwargs)
         scoring = _scoring.set(scores)
         try:
@@ -654,8 +658,9 @@ def _cache_unasked(model: Any, parameters: list[str], args: tuple[Any, ...],
     import torch
 
     return (model in _trained and model.training and torch.is_grad_enabled()
-            and "use_cache" in parameters
-            and _given("use_cache", parameters, args, kwargs) is None
+            and getattr(getattr(model, "config", None), "use_cache", False) is True
+            and "use_cache" in parameters and parameters.index("use_cache") > len(args)
+            and kwargs.get("use_cache") is None
             and all(_given(name, parameters, args, kwargs) is None
                     for name in CACHE_ARGUMENTS if name in parameters or name in kwargs))
 

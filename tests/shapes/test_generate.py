@@ -252,3 +252,42 @@ print("RESULT" + json.dumps(out))
     out = result_of(run(script, {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
     assert out["same"] == [True] * 4, out
     assert all(launched > 0 for launched in out["graphs"]), out
+
+
+@pytest.mark.e2e
+def test_token_types_of_the_prompts_shape_are_padded_and_others_are_left_alone(run):
+    """GPT-2 embeds ``token_type_ids``: a value per token is padded with the prompt (and
+    copied with row 0 when a batch of 3 is filled to 4); one broadcast over the batch is
+    not the prompt's shape, so the call runs at its own size, with the CPU's tokens."""
+    script = """
+import copy, json
+import torch
+import transformers as T
+from hpu_emulator import counters
+torch.manual_seed(0)
+cpu = T.GPT2LMHeadModel(T.GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4,
+                                     n_positions=512, pad_token_id=0)).eval()
+with torch.no_grad():  # sharper: so that token types decide tokens
+    for weight in cpu.parameters():
+        weight.mul_(3)
+model = copy.deepcopy(cpu).to("hpu")
+ids = torch.randint(1, 120, (3, 9))
+mask = torch.ones_like(ids)
+mask[1, :3] = 0
+ids[1, :3] = 0
+types = torch.zeros_like(ids)
+types[:, 5:] = 1
+out = {"same": [], "graphs": []}
+for given in (types, torch.ones(1, 9, dtype=torch.long)):
+    want = cpu.generate(ids, attention_mask=mask, token_type_ids=given, max_new_tokens=6,
+                        do_sample=False)
+    before = counters.snapshot()["compiled_graphs"]
+    got = model.generate(ids.to("hpu"), attention_mask=mask.to("hpu"),
+                         token_type_ids=given.to("hpu"), max_new_tokens=6, do_sample=False)
+    out["same"].append(torch.equal(got.cpu(), want))
+    out["graphs"].append(counters.snapshot()["compiled_graphs"] - before)
+print("RESULT" + json.dumps(out))
+"""
+    out = result_of(run(script, {"HPU_PLUGIN_FAST_GRAPHS": "1"}))
+    assert out["same"] == [True, True], out
+    assert out["graphs"][0] > 0 and out["graphs"][1] == 0, out

@@ -126,9 +126,9 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             attention_mask: torch.Tensor | None, scale: float, is_causal: bool,
             valid_seq_len: torch.Tensor | None, padding: str) -> torch.Tensor:
     """The float32 output alone, by torch's own attention on the CPU: for inference, which
-    keeps no probabilities, at the speed of torch's kernel (a 30 s audio clip's 1500 frames
-    attend six times faster than through the probabilities). The same masks; a row with no
-    visible key gives zeros."""
+    keeps no probabilities, at the speed of torch's kernel (on 2 cores, 1500 frames of a
+    30 s audio clip attend in half the time, with a third of the memory). The same masks; a
+    row with no visible key gives zeros."""
     keep = _keep_mask(q, k, is_causal, valid_seq_len, padding)
     mask = attention_mask
     if mask is not None and mask.dtype != torch.bool:
@@ -136,7 +136,8 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if keep is not None:
         mask = keep if mask is None else (
             mask & keep if mask.dtype == torch.bool else mask.masked_fill(~keep, float("-inf")))
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
+                                   () if mask is None else mask.shape[:-2])
     length, source = q.shape[-2], k.shape[-2]
 
     def flat(t: torch.Tensor, rows: int) -> torch.Tensor:
