@@ -76,3 +76,19 @@ def training_collator(trainer):
     return type(getattr(fn, "data_collator", fn)).__name__  # inside RemoveColumnsCollator
 '''
 QWEN2 = MODELS.format(cls="Qwen2ForCausalLM", config="Qwen2Config")
+
+
+#: A tiny Qwen2-VL's config, ``config``, for scripts (needs ``import transformers as T``):
+#: token 150 is an image's, 152 and 153 open and close the image; images of 4 x 4 patches of
+#: 24 values each (``pixel_values`` rows) are 4 tokens.
+QWEN2_VL_CONFIG = '''
+config = T.Qwen2VLConfig(
+    text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                     rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
+                                      "rope_theta": 10000.0}),
+    vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=2,
+                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
+    image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
+    pad_token_id=0)
+'''

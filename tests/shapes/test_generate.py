@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from processes import result_of
 
-from .conftest import LLAMA, QWEN2
+from .conftest import LLAMA, QWEN2, QWEN2_VL_CONFIG
 
 GENERATE = """
 import json
@@ -219,15 +219,7 @@ import torch
 import transformers as T
 from hpu_emulator import counters
 torch.manual_seed(0)
-config = T.Qwen2VLConfig(
-    text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                     rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
-                                      "rope_theta": 10000.0}),
-    vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=2,
-                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-    image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
-    pad_token_id=0)
+""" + QWEN2_VL_CONFIG + """
 cpu = T.Qwen2VLForConditionalGeneration(config).eval()
 model = copy.deepcopy(cpu).to("hpu")
 image = [152, 150, 150, 150, 150, 153]  # one image of 4 x 4 patches: 4 tokens

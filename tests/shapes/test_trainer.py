@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from processes import result_of
 
-from .conftest import LLAMA, TRAINING_COLLATOR
+from .conftest import LLAMA, QWEN2_VL_CONFIG, TRAINING_COLLATOR
 
 #: The collator of the scripts below: each batch padded to its longest row, labels with -100.
 COLLATE = '''
@@ -431,15 +431,8 @@ import json, random
 import torch
 import transformers as T
 torch.manual_seed(0)
-model = T.Qwen2VLForConditionalGeneration(T.Qwen2VLConfig(
-    text_config=dict(vocab_size=160, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                     rope_parameters={"rope_type": "default", "mrope_section": [2, 1, 1],
-                                      "rope_theta": 10000.0}),
-    vision_config=dict(depth=2, embed_dim=32, hidden_size=32, num_heads=4, patch_size=2,
-                       spatial_merge_size=2, temporal_patch_size=2, in_channels=3),
-    image_token_id=150, video_token_id=151, vision_start_token_id=152, vision_end_token_id=153,
-    pad_token_id=0))
+""" + QWEN2_VL_CONFIG + """
+model = T.Qwen2VLForConditionalGeneration(config)
 rng = random.Random(0)
 rows = []
 for i in range(8):  # an image of 4 x 4 patches (4 tokens), then text of its own length
