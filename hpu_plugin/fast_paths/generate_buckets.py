@@ -336,9 +336,8 @@ def pad_prompt(plan: GeneratePlan, rows: dict[str, Any], pad_token: int) -> dict
     mask and token types with 0: masked text), then fill the batch with copies of row 0."""
     import torch
 
-    padded = {}
+    padded, extra = {}, plan.length_to - plan.length
     for name, value in rows.items():
-        extra = plan.length_to - plan.length
         if extra:
             fill = pad_token if name == "input_ids" else 0
             value = torch.cat([value.new_full((plan.batch, extra), fill), value], dim=1)

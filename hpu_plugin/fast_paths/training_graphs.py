@@ -661,8 +661,7 @@ def _cache_unasked(model: Any, parameters: list[str], args: tuple[Any, ...],
             and getattr(getattr(model, "config", None), "use_cache", False) is True
             and "use_cache" in parameters and parameters.index("use_cache") > len(args)
             and kwargs.get("use_cache") is None
-            and all(_given(name, parameters, args, kwargs) is None
-                    for name in CACHE_ARGUMENTS if name in parameters or name in kwargs))
+            and all(_given(name, parameters, args, kwargs) is None for name in CACHE_ARGUMENTS))
 
 
 def graph_regions(registry: Registry, patches: Patches, accelerator: Any,
