@@ -399,7 +399,8 @@ def _generation_settings(call: dict[str, Any], settings: dict[str, Any]) -> dict
 
 def _graph_kwargs(model: Any, plan: GeneratePlan, graphs: str | None) -> dict[str, Any] | None:
     if graphs == "eager":
-        return inference_graphs.compile_kwargs(model, plan.batch_to, plan.cache)
+        return inference_graphs.compile_kwargs(model, plan.batch_to, plan.length_to,
+                                                 plan.cache)
     if graphs == "lazy":
         return inference_graphs.lazy_kwargs(model, plan.batch_to, plan.length_to, plan.cache)
     return {}

@@ -15,7 +15,8 @@ Taken only for a model on ``hpu`` in eval mode that is not compiled, where
 the user chose nothing about compilation or the cache (``compile_config``,
 ``disable_compile``, ``cache_implementation``, a cache object: their choice wins), and where
 the buckets can pad the call without changing its result (``generate_buckets.plan_generate``).
-Each model keeps at most ``HPU_PLUGIN_GRAPHS_MAX`` graphs (one per bucket, default 8);
+Each model keeps graphs for at most ``HPU_PLUGIN_GRAPHS_MAX`` buckets (padded batch, prompt
+length and cache length; default 8);
 a call that would need another runs as before, eagerly, with a warning once.
 
 In lazy mode (``PT_HPU_LAZY_MODE=1``: ``torch.compile`` is not allowed there) the graphs are
@@ -306,12 +307,14 @@ def _admit(model: Any, key: tuple[int, ...], budget: int) -> bool:
     return True
 
 
-def compile_kwargs(model: Any, batch: int, cache: int) -> dict[str, Any] | None:
+def compile_kwargs(model: Any, batch: int, length: int, cache: int) -> dict[str, Any] | None:
     """What ``generate()`` is given so that Transformers compiles its decoding steps with
-    ``hpu_backend``; None where this bucket would exceed the model's graph budget."""
+    ``hpu_backend``; None where this bucket would exceed the model's graph budget. A bucket
+    is counted with its prompt length, as in lazy mode: the decoding loop compiles its
+    prefill once per padded prompt length."""
     from transformers.generation.configuration_utils import CompileConfig
 
-    if not _admit(model, (batch, cache), graph_budget()):
+    if not _admit(model, (batch, length, cache), graph_budget()):
         return None
     config = CompileConfig(fullgraph=False, dynamic=False, backend=BACKEND)
     config._compile_all_devices = True  # Transformers' own switch for devices it does not list
