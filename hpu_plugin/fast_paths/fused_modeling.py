@@ -226,9 +226,9 @@ def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
         return _fused_counts[model]
     if _fused_rms_norm() is None:
         return 0
-    candidates = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
-                  and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None
-                  and m.weight.device.type == DEVICE_TYPE]
+    layers = [m for m in model.modules() if type(m).__name__ in RMS_NORMS
+              and hasattr(m, "variance_epsilon") and getattr(m, "weight", None) is not None]
+    candidates = [m for m in layers if m.weight.device.type == DEVICE_TYPE]
     given = sum(1 for m in candidates if _fused(m))
     norms = [m for m in candidates if _forward_is_the_class_own(m)]
     if norms and take(registry, "fused_rms_norm",
@@ -236,6 +236,8 @@ def fuse_norms(registry: Registry, patches: Patches, model: Any) -> int:
         for norm in norms:
             patches.set_on_instance(norm, "forward", fused_forward(norm))
         given += len(norms)
+    if layers and not candidates:
+        return given  # not on the Gaudi yet (run on the CPU first): looked at again later
     if not _fused_counts:
         patches.on_undo(_fused_counts.clear, "fused RMSNorm: the models looked at")
     _fused_counts[model] = given

@@ -292,6 +292,33 @@ def test_what_the_user_bound_stays_and_a_fused_model_copies_and_saves_as_before(
     assert loaded == {"same": True, "plugin": False}
 
 
+CPU_FIRST = r"""
+import json
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from hpu_plugin.fast_paths.fused_modeling import _fused
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=2, num_attention_heads=4,
+                                     num_key_value_heads=2, pad_token_id=0)).eval()
+ids = torch.tensor([[5, 9, 14, 27, 3, 8]])
+cpu = model.generate(ids, max_new_tokens=4, do_sample=False).tolist()
+model.to("hpu")
+hpu = model.generate(ids.to("hpu"), max_new_tokens=4, do_sample=False).cpu().tolist()
+fused = sum(_fused(m) for m in model.modules() if type(m).__name__ == "LlamaRMSNorm")
+print("RESULT" + json.dumps({"same": cpu == hpu, "fused": fused}))
+"""
+
+
+@pytest.mark.e2e
+def test_a_model_that_ran_on_the_cpu_first_gets_the_fused_norms_on_hpu(run):
+    """A model tried on the CPU, then moved to the Gaudi: its RMSNorm layers take the
+    kernel there (2 layers: 5 norms), with the CPU's greedy tokens."""
+    result = result_of(run(CPU_FIRST, {"TRANSFORMERS_VERBOSITY": "error"}).stdout)
+    assert result == {"same": True, "fused": 5}, result
+
+
 #: SGD with momentum and AdamW stepped through Accelerate's FSDP 2 on two cards, with the
 #: fused optimizer off ("0") and on ("1"), the model left on the CPU for FSDP to place (as a
 #: ``Trainer`` leaves it) or moved to the card first: the whole parameters after three
