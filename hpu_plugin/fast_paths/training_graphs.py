@@ -355,15 +355,18 @@ def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], 
 
 def _training_in_graphs(module: Any) -> bool:
     """Does ``module`` run its compiled forward now: taken and training with gradients on,
-    or scoring whole sequences without them (:data:`_scoring`), and not inside a trace
+    or scoring whole sequences without them (:data:`_scoring`), still on ``hpu`` (a model
+    moved to the CPU after training runs as Transformers wrote it), and not inside a trace
     (where Dynamo inlines the class's own forward)?"""
     import torch
 
     if torch.compiler.is_compiling():
         return False
     if _scoring.get():
-        return module in _taken or module in _frozen
-    return module.training and module in _taken and torch.is_grad_enabled()
+        taken = module in _taken or module in _frozen
+    else:
+        taken = module.training and module in _taken and torch.is_grad_enabled()
+    return taken and _on_hpu(module)
 
 
 def _eager_from_now(module: Any) -> None:
@@ -543,7 +546,8 @@ def _graphed_loss(patches: Patches, cls: type) -> None:
     def loss_function(self: Any) -> Any:
         function = read(self)
         if (self in _losses and self.training and torch.is_grad_enabled()
-                and not torch.compiler.is_compiling() and _compilable(function)):
+                and not torch.compiler.is_compiling() and _compilable(function)
+                and _on_hpu(self)):
             return _compiled_loss(function)
         return function
 
@@ -743,6 +747,23 @@ def _remember_regions(registry: Registry, patches: Patches, accelerator: Any, mo
     _found[model] = [weakref.ref(region) for region in found]
 
 
+def _ask_again(registry: Registry, accelerator: Any, model: Any) -> None:
+    """A model prepared for training again, whose parts already train through graphs: it may
+    have changed since (a LoRA adapter with dropout added after a first run, which PEFT's
+    wrapper reports as prepared already). Where :func:`why_not` now refuses it, its parts
+    run their own forward from now on."""
+    taken = [module for module in model.modules() if module in _taken]
+    why = why_not(registry, accelerator, model) if taken else None
+    if why is None:
+        return
+    for module in taken:
+        _eager_from_now(module)
+    for module in model.modules():
+        _losses.discard(module)
+    record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
+    log.debug("hpu_plugin: training graphs left for %s: %s", type(model).__name__, why)
+
+
 def _remembered(model: Any) -> list[Any]:
     return [region for ref in _found.get(model, []) if (region := ref()) is not None]
 
@@ -762,6 +783,8 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
             # evaluation too, since a model first prepared for evaluation (a reference
             # model; a Trainer evaluating before it trains) is not prepared again
             _remember_regions(registry, patches, self, model, not evaluation)
+        elif not evaluation:
+            _ask_again(registry, self, model)
         prepared = original(self, model, *args, **kwargs)
         found = _remembered(model)
         if not evaluation:  # once Accelerate placed the model on its device

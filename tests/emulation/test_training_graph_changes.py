@@ -1,0 +1,72 @@
+"""A model that changes after it first trained through graphs: what the graphs do then.
+
+- A LoRA adapter with dropout, added after a first ``Trainer`` run (PEFT's wrapper reports
+  the model as prepared already): the graphs are left, as for a model that had the dropout
+  from the start, and the losses are eager mode's.
+- The model moved to the CPU after training on the Gaudi: it trains there as Transformers
+  wrote it, with no compiled graph, and the same loss and gradients as a plain copy.
+"""
+
+from __future__ import annotations
+
+import pytest
+from processes import result_of
+
+SCRIPT = r"""
+import copy, json
+import torch
+import transformers as T
+from peft import LoraConfig, get_peft_model
+from hpu_plugin.fast_paths import training_graphs
+
+torch.manual_seed(0)
+model = T.LlamaForCausalLM(T.LlamaConfig(
+    vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, pad_token_id=0))
+rng = torch.Generator().manual_seed(1)
+data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(1, 128, (8, 16), generator=rng)]
+
+def train(model):
+    args = T.TrainingArguments("out", per_device_train_batch_size=4, max_steps=3,
+                               logging_steps=1, report_to=[], save_strategy="no", seed=0)
+    trainer = T.Trainer(model=model, args=args, train_dataset=data)
+    trainer.train()
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+
+train(model)
+result = {"first": training_graphs.graphed(model)}
+
+model.cpu()
+plain = copy.deepcopy(model)
+for part in plain.modules():
+    vars(part).pop("forward", None)  # the class's own forward, as before any Gaudi
+before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+ids = data[0]["input_ids"][None]
+for m in (model, plain):
+    m(input_ids=ids, labels=ids).loss.backward()
+result["cpu_graphs"] = torch._dynamo.utils.counters["stats"]["unique_graphs"] - before
+result["cpu_grads_same"] = all(torch.equal(a.grad, b.grad) for a, b in zip(
+    model.parameters(), plain.parameters()))
+model.zero_grad()
+
+lora = get_peft_model(model.to("hpu"), LoraConfig(r=4, lora_alpha=8, lora_dropout=0.1,
+                                                  target_modules=["q_proj", "v_proj"]))
+torch.manual_seed(0)
+result["lora"] = train(lora)
+result["lora_graphed"] = training_graphs.graphed(lora)
+print("RESULT" + json.dumps(result))
+"""
+
+
+@pytest.mark.e2e
+def test_a_changed_model_leaves_the_graphs_it_no_longer_fits(run, tmp_path):
+    def result(**env: str) -> dict:
+        return result_of(run(f"import os; os.chdir({str(tmp_path)!r})\n" + SCRIPT,
+                             {"TRANSFORMERS_VERBOSITY": "error", **env}, timeout=600).stdout)
+
+    graphs, eager = result(), result(HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
+    assert graphs["first"] is True and eager["first"] is False, (graphs, eager)
+    assert graphs["lora_graphed"] is False, graphs
+    # the adapter's dropout draws the random numbers eager mode draws
+    assert graphs["lora"] == eager["lora"], (graphs, eager)
+    assert graphs["cpu_graphs"] == 0 and graphs["cpu_grads_same"] is True, graphs
