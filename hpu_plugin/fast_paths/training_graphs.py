@@ -366,7 +366,16 @@ def _training_in_graphs(module: Any) -> bool:
         taken = module in _taken or module in _frozen
     else:
         taken = module.training and module in _taken and torch.is_grad_enabled()
-    return taken and _on_hpu(module)
+    return taken and _placed_on_hpu(module)
+
+
+def _placed_on_hpu(module: Any) -> bool:
+    """Whether ``module``'s first parameter, or first buffer where it has none (a rotary
+    table's frequencies), is on ``hpu``; True for one that holds neither."""
+    first = next(iter(module.parameters()), None)
+    if first is None:
+        first = next(iter(module.buffers()), None)
+    return first is None or first.device.type == DEVICE_TYPE
 
 
 def _eager_from_now(module: Any) -> None:
