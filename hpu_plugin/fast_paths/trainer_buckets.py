@@ -296,11 +296,13 @@ def _seed(trainer: Any) -> int | None:
     return int(data_seed) if data_seed is not None else torch.random.initial_seed()
 
 
-def group_rows(patches: Patches, trainer: Any) -> None:
+def group_rows(patches: Patches, trainer: Any, bucketing: BucketingCollator) -> None:
     """Make the Trainer's default random sampler batch rows of similar length.
 
     Only the default: a sampler the user chose (``group_by_length``, sequential, their own
-    ``_get_train_sampler``) is kept, and so is a dataset without ``__len__``.
+    ``_get_train_sampler``) is kept, and so is a dataset without ``__len__``, and so is the
+    order of a collator whose batches are padding-free (TRL's packing): the buckets never
+    pad them, so grouping would change the losses of each step for nothing.
     """
     original = getattr(trainer, "_get_train_sampler", None)
     if original is None or is_ours(original) or not _grouping_on():
@@ -324,9 +326,21 @@ def group_rows(patches: Patches, trainer: Any) -> None:
         if column is None and not (hasattr(first, "keys") and name in first):
             return sampler
         batch = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
+        if _padding_free(bucketing, dataset, trainer.args.train_batch_size):
+            return sampler
         return BucketGroupedSampler(dataset, batch, name, column, _seed(trainer))
 
     patches.set_on_instance(trainer, "_get_train_sampler", ours(_get_train_sampler))
+
+
+def _padding_free(bucketing: BucketingCollator, dataset: Any, rows: int) -> bool:
+    """Does the collator make the dataset's first rows one padding-free batch? A collator
+    that fails on raw rows (columns the Trainer removes later) is taken to pad."""
+    try:
+        batch = bucketing.inner([dataset[i] for i in range(min(rows, len(dataset)))])
+        return bucketing.groups(batch)[1] == PADDING_FREE
+    except Exception:
+        return False
 
 
 # -- the recompilation warning --------------------------------------------------------------
@@ -532,7 +546,7 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
     # grouping rows changes the order of the batches, so the losses of each step: only for
     # a model the user compiled, or when asked for (the training graphs keep eager's losses)
     if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):
-        group_rows(patches, trainer)
+        group_rows(patches, trainer, bucketing)
 
     def unbucketed(batch: Any) -> str | None:
         if bucketing is None:

@@ -291,6 +291,32 @@ def test_bucketed_training_batches_rows_of_similar_length(run):
     assert grouped["padding"] < kept["padding"] / 3, (grouped, kept)
 
 
+PADDING_FREE = LLAMA + """
+import json, random
+from transformers import DataCollatorWithFlattening, Trainer, TrainingArguments
+rng = random.Random(0)
+rows = [{"input_ids": list(range(3, 3 + rng.randint(2, 90)))} for _ in range(40)]
+args = TrainingArguments(output_dir="/tmp/hpu-plugin-test-padding-free", report_to=[],
+                         per_device_train_batch_size=4, torch_compile=True, seed=0)
+samplers = {}
+for seq_idx in (False, True):
+    trainer = Trainer(model=model, args=args, train_dataset=rows,
+                      data_collator=DataCollatorWithFlattening(return_seq_idx=seq_idx))
+    samplers[str(seq_idx)] = type(trainer._get_train_sampler()).__name__
+print("RESULT" + json.dumps(samplers))
+"""
+
+
+@pytest.mark.e2e
+def test_padding_free_batches_keep_the_users_order(run):
+    """Flattened batches with their boundaries in ``seq_idx`` (TRL's packing, padding-free)
+    are never padded to buckets, so their rows are not grouped either: the order, and so
+    each step's loss, stays the user's. Flattened with position ids only, they are bucketed
+    and grouped."""
+    assert result_of(run(PADDING_FREE)) == {"False": "BucketGroupedSampler",
+                                            "True": "RandomSampler"}
+
+
 SEEDED = LLAMA + """
 import json, random
 from transformers import Trainer, TrainingArguments
