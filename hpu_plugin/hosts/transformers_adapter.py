@@ -405,7 +405,8 @@ def refuse_other_device(name: str, value: Any) -> None:
 def install_device_index_check(registry: Registry, patches: Patches,
                                module: types.ModuleType) -> None:
     """``from_pretrained(device_map=...)`` naming another Gaudi than this process's is
-    refused before loading; any other call goes to Transformers unchanged."""
+    refused before loading; a flash-attention request that Transformers refuses on a Gaudi
+    machine is refused with the Gaudi's fix; any other call goes to Transformers unchanged."""
     cls = getattr(module, "PreTrainedModel", None)
     original = original_of(cls, "from_pretrained", HOST, "device index check",
                            "PreTrainedModel.from_pretrained (a classmethod)", own=True)
@@ -417,7 +418,22 @@ def install_device_index_check(registry: Registry, patches: Patches,
     def from_pretrained(owner: Any, *args: Any, **kwargs: Any) -> Any:
         if kwargs.get("device_map") is not None and registry.device_available():
             refuse_other_device("device_map", kwargs["device_map"])
-        return function(owner, *args, **kwargs)
+        try:
+            return function(owner, *args, **kwargs)
+        except (ImportError, ValueError) as exc:
+            # the Auto classes pass the request on inside the config they built
+            flash = kwargs.get("attn_implementation") or getattr(
+                kwargs.get("config"), "_attn_implementation_internal", None)
+            if (isinstance(flash, str) and flash.startswith("flash_attention")
+                    and registry.device_available()):
+                raise ImportError(
+                    f"attn_implementation={flash!r} needs the flash-attn package, CUDA kernels "
+                    "that do not run on Gaudi (and Transformers' kernels from the Hub have no "
+                    "Gaudi build). Fix: pass attn_implementation='sdpa', or leave it out (the "
+                    "default): on Gaudi, hpu-plugin runs sdpa attention through Gaudi's fused "
+                    "flash-attention kernel (FusedSDPA), packed sequences included"
+                ) from exc
+            raise
 
     patches.set(cls, "from_pretrained", ours(classmethod(from_pretrained)))
 

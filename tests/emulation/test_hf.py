@@ -96,3 +96,23 @@ loss.backward()
 assert all(p.grad is not None and p.grad.device.type == "hpu"
            for p in model.parameters() if p.requires_grad)
 """)
+
+
+def test_a_flash_attention_request_names_the_gaudi_fix(run):
+    """CUDA scripts ask for ``attn_implementation="flash_attention_2"``: on Gaudi there is no
+    flash-attn package to install, so the error names the attention that runs Gaudi's fused
+    kernel; the same script with ``"sdpa"`` loads."""
+    run(TINY_LLAMA + """
+from transformers import AutoModelForCausalLM
+path = tiny_llama_path()
+try:
+    AutoModelForCausalLM.from_pretrained(path, attn_implementation="flash_attention_2")
+except ImportError as exc:
+    message, cause = str(exc), str(exc.__cause__)
+else:
+    raise AssertionError("flash_attention_2 loaded")
+assert "attn_implementation='sdpa'" in message and "Gaudi" in message, message
+assert "FlashAttention" in cause, cause  # Transformers' own error, kept as the cause
+model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa", device_map="hpu")
+assert model.config._attn_implementation == "sdpa"
+""")
