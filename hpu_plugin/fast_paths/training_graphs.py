@@ -746,7 +746,10 @@ def take_regions(model: Any, found: list[Any]) -> None:
 def _remember_regions(registry: Registry, patches: Patches, accelerator: Any, model: Any,
                       training: bool) -> None:
     """:func:`graph_regions` of ``model``, kept in :data:`_found` (none where it failed: a
-    fast path never stops training)."""
+    fast path never stops training). Nothing is kept for a model prepared away from ``hpu``:
+    moved there and prepared again, it is looked at then."""
+    if not _headed_for_hpu(accelerator, model):
+        return
     try:
         found = graph_regions(registry, patches, accelerator, model, training)
     except Exception as exc:
@@ -756,21 +759,35 @@ def _remember_regions(registry: Registry, patches: Patches, accelerator: Any, mo
     _found[model] = [weakref.ref(region) for region in found]
 
 
-def _ask_again(registry: Registry, accelerator: Any, model: Any) -> None:
-    """A model prepared for training again, whose parts already train through graphs: it may
-    have changed since (a LoRA adapter with dropout added after a first run, which PEFT's
-    wrapper reports as prepared already). Where :func:`why_not` now refuses it, its parts
-    run their own forward from now on."""
-    taken = [module for module in model.modules() if module in _taken]
-    why = why_not(registry, accelerator, model) if taken else None
-    if why is None:
+def _prepared_elsewhere(registry: Registry, patches: Patches, accelerator: Any, model: Any,
+                        training: bool) -> None:
+    """A model Accelerate reports as prepared that this module has not looked at: PEFT's
+    wrapper of a model that trained (a LoRA adapter added after a first run), a deep copy of
+    a prepared model (an EMA copy, a reference model copied from the policy), a model
+    prepared on the CPU first. Its parts that carry a graphed forward train (or score)
+    through the graphs where :func:`why_not` agrees, and run their own forward from now on
+    where it does not (the adapter's dropout); a model with none gets its parts now, once on
+    ``hpu`` (Accelerate does not wrap a prepared model's forward again, so the model's own
+    region, a class forward, is not given)."""
+    parts = [module for module in model.modules()
+             if isinstance(vars(module).get("forward"), _GraphedPart)]
+    if not parts and training and _on_hpu(model) and not whole_model(model):
+        _remember_regions(registry, patches, accelerator, model, training)
+        take_regions(model, _remembered(model))
         return
-    for module in taken:
-        _eager_from_now(module)
-    for module in model.modules():
-        _losses.discard(module)
-    record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
-    log.debug("hpu_plugin: training graphs left for %s: %s", type(model).__name__, why)
+    why = why_not(registry, accelerator, model) if parts else None
+    if why is not None:
+        for module in parts:
+            _eager_from_now(module)
+        for module in model.modules():
+            _losses.discard(module)
+        if training:
+            record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
+    elif training:
+        take_regions(model, parts)
+    elif parts and _on_hpu(model):
+        _frozen.update(parts)
+        _note_models(model)
 
 
 def _remembered(model: Any) -> list[Any]:
@@ -787,13 +804,15 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
     @functools.wraps(original)
     def prepare_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
         evaluation = kwargs.get("evaluation_mode", args[1] if len(args) > 1 else False)
-        if model not in _found and not getattr(model, "_is_accelerate_prepared", False):
+        if model not in _found and getattr(model, "_is_accelerate_prepared", False):
+            prepared = original(self, model, *args, **kwargs)  # returned as it is
+            _prepared_elsewhere(registry, patches, self, model, not evaluation)
+            return prepared
+        if model not in _found:
             # before Accelerate wraps the forward the class has (mixed precision); for
             # evaluation too, since a model first prepared for evaluation (a reference
             # model; a Trainer evaluating before it trains) is not prepared again
             _remember_regions(registry, patches, self, model, not evaluation)
-        elif not evaluation:
-            _ask_again(registry, self, model)
         prepared = original(self, model, *args, **kwargs)
         found = _remembered(model)
         if not evaluation:  # once Accelerate placed the model on its device

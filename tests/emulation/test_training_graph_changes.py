@@ -1,5 +1,7 @@
 """A model that changes after it first trained through graphs: what the graphs do then.
 
+- A deep copy of a model that trained (an EMA copy, a reference model), and a model trained
+  on the CPU first and then on the Gaudi, train through graphs, with eager mode's losses.
 - A LoRA adapter with dropout, added after a first ``Trainer`` run (PEFT's wrapper reports
   the model as prepared already): the graphs are left, as for a model that had the dropout
   from the start, and the losses are eager mode's.
@@ -26,15 +28,23 @@ model = T.LlamaForCausalLM(T.LlamaConfig(
 rng = torch.Generator().manual_seed(1)
 data = [{"input_ids": ids, "labels": ids} for ids in torch.randint(1, 128, (8, 16), generator=rng)]
 
-def train(model):
+def train(model, **options):
     args = T.TrainingArguments("out", per_device_train_batch_size=4, max_steps=3,
-                               logging_steps=1, report_to=[], save_strategy="no", seed=0)
+                               logging_steps=1, report_to=[], save_strategy="no", seed=0,
+                               **options)
     trainer = T.Trainer(model=model, args=args, train_dataset=data)
     trainer.train()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
+twin = copy.deepcopy(model)
+train(twin, use_cpu=True)
+twin.to("hpu")
+result = {"cpu_first": train(twin), "cpu_first_graphed": training_graphs.graphed(twin)}
 train(model)
-result = {"first": training_graphs.graphed(model)}
+result["first"] = training_graphs.graphed(model)
+twin = copy.deepcopy(model)  # an EMA copy, a reference model
+result["copy"] = train(twin)
+result["copy_graphed"] = training_graphs.graphed(twin)
 
 model.cpu()
 plain = copy.deepcopy(model)
@@ -66,6 +76,10 @@ def test_a_changed_model_leaves_the_graphs_it_no_longer_fits(run, tmp_path):
 
     graphs, eager = result(), result(HPU_PLUGIN_FAST_TRAIN_GRAPHS="0")
     assert graphs["first"] is True and eager["first"] is False, (graphs, eager)
+    # a copy of a trained model, and a model trained on the CPU first, train through graphs
+    for case in ("copy", "cpu_first"):
+        assert graphs[f"{case}_graphed"] is True, graphs
+        assert graphs[case] == pytest.approx(eager[case], rel=1e-5), (case, graphs, eager)
     assert graphs["lora_graphed"] is False, graphs
     # the adapter's dropout draws the random numbers eager mode draws
     assert graphs["lora"] == eager["lora"], (graphs, eager)
