@@ -326,18 +326,26 @@ def group_rows(patches: Patches, trainer: Any, bucketing: BucketingCollator) -> 
         if column is None and not (hasattr(first, "keys") and name in first):
             return sampler
         batch = trainer.args.train_batch_size * trainer.args.gradient_accumulation_steps
-        if _padding_free(bucketing, dataset, trainer.args.train_batch_size):
+        if _padding_free(trainer, bucketing, dataset, trainer.args.train_batch_size):
             return sampler
         return BucketGroupedSampler(dataset, batch, name, column, _seed(trainer))
 
     patches.set_on_instance(trainer, "_get_train_sampler", ours(_get_train_sampler))
 
 
-def _padding_free(bucketing: BucketingCollator, dataset: Any, rows: int) -> bool:
-    """Does the collator make the dataset's first rows one padding-free batch? A collator
-    that fails on raw rows (columns the Trainer removes later) is taken to pad."""
+def _padding_free(trainer: Any, bucketing: BucketingCollator, dataset: Any, rows: int) -> bool:
+    """Does the collator make the dataset's first rows one padding-free batch? Asked as the
+    Trainer calls it (unused columns removed), with the random state put back afterwards (a
+    collator may draw: MLM masking). A collator that fails here is taken to pad."""
+    import torch
+
+    collate = bucketing.inner
+    removed = getattr(trainer, "_get_collator_with_removed_columns", None)
     try:
-        batch = bucketing.inner([dataset[i] for i in range(min(rows, len(dataset)))])
+        with torch.random.fork_rng(devices=[]):
+            if callable(removed):
+                collate = removed(collate, description="training")
+            batch = collate([dataset[i] for i in range(min(rows, len(dataset)))])
         return bucketing.groups(batch)[1] == PADDING_FREE
     except Exception:
         return False
@@ -545,7 +553,8 @@ def bucket_trainer(registry: Registry, patches: Patches, trainer: Any) -> None:
                 patches.set_on_instance(trainer, name, _with_collator(build, trainer, bucketing))
     # grouping rows changes the order of the batches, so the losses of each step: only for
     # a model the user compiled, or when asked for (the training graphs keep eager's losses)
-    if why is None and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip()):
+    if (bucketing is not None and why is None
+            and (by_user or os.environ.get(tuning.BUCKETS_GROUP, "").strip())):
         group_rows(patches, trainer, bucketing)
 
     def unbucketed(batch: Any) -> str | None:

@@ -46,7 +46,8 @@ whole sequences without gradients (no cache given) of a model in training (TRL's
 log-probabilities) or of a reference model (one prepared for evaluation while a model of its
 class trains through graphs), so that they round as the pass with gradients does and an
 on-policy ratio is exactly 1; evaluation, ``generate()`` and every model not prepared on
-``hpu`` run the class's own forward (the one check is a set lookup per call, not per op).
+``hpu`` run the class's own forward (the checks are a set lookup and the input's device
+per call, not per op).
 The parts get it as their instance's ``forward``, so that the class's stays Transformers'
 own; the model's region gets it on the model's class before Accelerate prepares the model,
 since its mixed precision wraps the instance's forward.
@@ -353,11 +354,12 @@ def _compiled_or_eager(compiled: Callable[..., Any], eager: Callable[..., Any], 
     return eager(*args, **kwargs)
 
 
-def _training_in_graphs(module: Any) -> bool:
-    """Does ``module`` run its compiled forward now: taken and training with gradients on,
-    or scoring whole sequences without them (:data:`_scoring`), still on ``hpu`` (a model
-    moved to the CPU after training runs as Transformers wrote it), and not inside a trace
-    (where Dynamo inlines the class's own forward)?"""
+def _training_in_graphs(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Does ``module`` run its compiled forward for this call (``args``, ``kwargs``): taken
+    and training with gradients on, or scoring whole sequences without them
+    (:data:`_scoring`), given its input on ``hpu`` (a model moved to the CPU after training
+    runs as Transformers wrote it), and not inside a trace (where Dynamo inlines the class's
+    own forward)?"""
     import torch
 
     if torch.compiler.is_compiling():
@@ -366,20 +368,17 @@ def _training_in_graphs(module: Any) -> bool:
         taken = module in _taken or module in _frozen
     else:
         taken = module.training and module in _taken and torch.is_grad_enabled()
-    return taken and _placed_on_hpu(module)
-
-
-def _placed_on_hpu(module: Any) -> bool:
-    """Whether ``module``'s first parameter, or first buffer where it has none (a rotary
-    table's frequencies), is on ``hpu``; True for one that holds neither."""
-    first = next(iter(module.parameters()), None)
-    if first is None:
-        first = next(iter(module.buffers()), None)
-    return first is None or first.device.type == DEVICE_TYPE
+    if not taken:
+        return False
+    first = args[0] if args else next(iter(kwargs.values()), None)
+    if isinstance(first, torch.Tensor):  # the input's device: no walk over the parameters
+        return first.device.type == DEVICE_TYPE
+    return _on_hpu(module)
 
 
 def _eager_from_now(module: Any) -> None:
-    """``module``'s compilation failed: its own forward from now on, for every pass."""
+    """``module``'s own forward from now on, for every pass: its compilation failed, or its
+    model no longer fits the graphs."""
     _taken.discard(module)
     _frozen.discard(module)
 
@@ -447,7 +446,7 @@ def _graphed_forward(patches: Patches, cls: type) -> None:
                            if self in _taken or self in _frozen else (False, kwargs))
         token = _scoring.set(scoring)
         try:
-            if _training_in_graphs(self):
+            if _training_in_graphs(self, args, kwargs):
                 return _compiled_or_eager(compiled, original, what,
                                           functools.partial(_eager_from_now, self),
                                           self, *args, **kwargs)
@@ -486,7 +485,7 @@ class _GraphedPart:
 
         module = self.__self__
         cls = type(module)
-        if _training_in_graphs(module):
+        if _training_in_graphs(module, args, kwargs):
             if cls not in _compiled:
                 _compiled[cls] = torch.compile(cls.forward, backend=BACKEND)
             return _compiled_or_eager(_compiled[cls], cls.forward,
@@ -573,6 +572,8 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
     compiled: list[Any] = [torch.compile(builder, backend=BACKEND)]
     parameters = list(inspect.signature(builder).parameters)
     at = parameters.index("position_ids") if "position_ids" in parameters else None
+    embeds = next((name for name in ("inputs_embeds", "input_embeds") if name in parameters),
+                  None)
     #: The configs (by id, held weakly) whose models built a mask without an attention mask:
     #: where the builder returns none (SDPA's ``is_causal``), it stays eager, since compiled
     #: it builds the full mask on Transformers 4, and on 5 with torch 2.11 (torch 2.13 skips).
@@ -586,6 +587,11 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
         if (held is None or held() is not config or not torch.is_grad_enabled()
                 or torch.compiler.is_compiling()):
             return builder(*args, **kwargs)
+        if embeds is not None:  # a model moved off hpu builds its masks as Transformers does
+            where = parameters.index(embeds)
+            hidden = args[where] if len(args) > where else kwargs.get(embeds)
+            if isinstance(hidden, torch.Tensor) and hidden.device.type != DEVICE_TYPE:
+                return builder(*args, **kwargs)
         if mask is None and at is not None and _own_positions.get():
             # Without a mask Transformers reads the position ids back to the host to look
             # for packed sequences; the model's own numbering has none, so that wait (and
@@ -759,35 +765,46 @@ def _remember_regions(registry: Registry, patches: Patches, accelerator: Any, mo
     _found[model] = [weakref.ref(region) for region in found]
 
 
-def _prepared_elsewhere(registry: Registry, patches: Patches, accelerator: Any, model: Any,
-                        training: bool) -> None:
-    """A model Accelerate reports as prepared that this module has not looked at: PEFT's
-    wrapper of a model that trained (a LoRA adapter added after a first run), a deep copy of
-    a prepared model (an EMA copy, a reference model copied from the policy), a model
-    prepared on the CPU first. Its parts that carry a graphed forward train (or score)
-    through the graphs where :func:`why_not` agrees, and run their own forward from now on
-    where it does not (the adapter's dropout); a model with none gets its parts now, once on
-    ``hpu`` (Accelerate does not wrap a prepared model's forward again, so the model's own
-    region, a class forward, is not given)."""
-    parts = [module for module in model.modules()
-             if isinstance(vars(module).get("forward"), _GraphedPart)]
-    if not parts and training and _on_hpu(model) and not whole_model(model):
-        _remember_regions(registry, patches, accelerator, model, training)
-        take_regions(model, _remembered(model))
+def _prepared_again(registry: Registry, patches: Patches, accelerator: Any, model: Any,
+                    found: list[Any], training: bool) -> None:
+    """A model prepared before, here (``found``: a Trainer that evaluated first) or where
+    Accelerate reports it as prepared: PEFT's wrapper of a model that trained, a model given
+    an adapter in place, a deep copy of a prepared model (an EMA copy, a reference model
+    copied from the policy), a model prepared on the CPU first. It may have changed since:
+    its graphed parts train (or score) through the graphs where :func:`why_not` still
+    agrees, and leave them where it does not (an adapter's dropout). A model without any
+    gets its parts now, once on ``hpu`` (Accelerate does not wrap a prepared model's
+    forward again, so the model's own region, a class forward, is not given then)."""
+    parts = found or [module for module in model.modules() if module in _taken
+                      or module in _frozen or isinstance(vars(module).get("forward"), _GraphedPart)
+                      or (type(module) in _compiled and whole_model(module))]
+    if not parts:
+        if training and model not in _found and _on_hpu(model) and not whole_model(model):
+            _remember_regions(registry, patches, accelerator, model, training)
+            take_regions(model, _remembered(model))
         return
-    why = why_not(registry, accelerator, model) if parts else None
+    why = why_not(registry, accelerator, model)
     if why is not None:
-        for module in parts:
-            _eager_from_now(module)
-        for module in model.modules():
-            _losses.discard(module)
+        _leave(model, parts)
         if training:
             record_out(HOST, ADAPTER, f"not taken for {type(model).__name__}: {why}")
     elif training:
         take_regions(model, parts)
-    elif parts and _on_hpu(model):
+    elif _on_hpu(model):
         _frozen.update(parts)
         _note_models(model)
+
+
+def _leave(model: Any, parts: list[Any]) -> None:
+    """``model`` no longer fits the graphs: its parts, loss and masks run eagerly."""
+    for part in parts:
+        _eager_from_now(part)
+    for module in model.modules():
+        _losses.discard(module)
+        _trained.discard(module)
+        config = getattr(module, "config", None)
+        if config is not None:
+            _mask_configs.pop(id(config), None)
 
 
 def _remembered(model: Any) -> list[Any]:
@@ -804,17 +821,17 @@ def install_prepare(registry: Registry, patches: Patches, module: types.ModuleTy
     @functools.wraps(original)
     def prepare_model(self: Any, model: Any, *args: Any, **kwargs: Any) -> Any:
         evaluation = kwargs.get("evaluation_mode", args[1] if len(args) > 1 else False)
-        if model not in _found and getattr(model, "_is_accelerate_prepared", False):
-            prepared = original(self, model, *args, **kwargs)  # returned as it is
-            _prepared_elsewhere(registry, patches, self, model, not evaluation)
-            return prepared
-        if model not in _found:
+        fresh = model not in _found and not getattr(model, "_is_accelerate_prepared", False)
+        if fresh:
             # before Accelerate wraps the forward the class has (mixed precision); for
             # evaluation too, since a model first prepared for evaluation (a reference
             # model; a Trainer evaluating before it trains) is not prepared again
             _remember_regions(registry, patches, self, model, not evaluation)
         prepared = original(self, model, *args, **kwargs)
         found = _remembered(model)
+        if not fresh:
+            _prepared_again(registry, patches, self, model, found, not evaluation)
+            return prepared
         if not evaluation:  # once Accelerate placed the model on its device
             take_regions(model, found)
         elif found and _on_hpu(model):

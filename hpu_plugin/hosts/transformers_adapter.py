@@ -402,6 +402,17 @@ def refuse_other_device(name: str, value: Any) -> None:
             f"{fix}")
 
 
+def _flash_request(kwargs: dict[str, Any]) -> str | None:
+    """The flash-attention implementation a ``from_pretrained`` call asks for, if any: in
+    ``attn_implementation`` (a name, ``paged|`` prefixed or not, or a name per sub-config),
+    or in the config the Auto classes pass on with the request inside."""
+    asked = kwargs.get("attn_implementation") or getattr(
+        kwargs.get("config"), "_attn_implementation_internal", None)
+    names = asked.values() if isinstance(asked, dict) else [asked]
+    return next((name for name in names if isinstance(name, str)
+                 and name.removeprefix("paged|").startswith("flash_attention")), None)
+
+
 def install_device_index_check(registry: Registry, patches: Patches,
                                module: types.ModuleType) -> None:
     """``from_pretrained(device_map=...)`` naming another Gaudi than this process's is
@@ -421,10 +432,8 @@ def install_device_index_check(registry: Registry, patches: Patches,
         try:
             return function(owner, *args, **kwargs)
         except (ImportError, ValueError) as exc:
-            # the Auto classes pass the request on inside the config they built
-            flash = kwargs.get("attn_implementation") or getattr(
-                kwargs.get("config"), "_attn_implementation_internal", None)
-            if (isinstance(flash, str) and flash.startswith("flash_attention")
+            flash = _flash_request(kwargs)
+            if (flash is not None and "flash" in str(exc).lower()
                     and registry.device_available()):
                 raise ImportError(
                     f"attn_implementation={flash!r} needs the flash-attn package, CUDA kernels "
