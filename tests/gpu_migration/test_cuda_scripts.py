@@ -39,7 +39,16 @@ def test_a_cuda_amp_training_script_matches_the_cpu(tmp_path):
 def test_a_cuda_ddp_script_on_two_gaudi_matches_gloo_on_the_cpu(tmp_path):
     argv = [*TORCHRUN, "--nproc_per_node", "2", str(DATA / "cuda_ddp.py")]
     gaudi = _json_line(run("", migrated_env(tmp_path, devices=2), argv=argv, cwd=tmp_path).stdout)
-    cpu = _json_line(run("", base_env(tmp_path), argv=argv, cwd=tmp_path).stdout)
+    reference = run("", base_env(tmp_path), argv=argv, cwd=tmp_path, check=False)
+    # The CPU reference is torch's own gloo, which now and then aborts a rank as the process
+    # ends, after the script's work and its destroy_process_group() ("terminate called
+    # without an active exception": gloo's worker threads at interpreter finalization,
+    # pytorch/pytorch#179291, left unfixed there). Seen here 1 run in 10 with hpu-plugin not
+    # loaded at all (TORCH_DEVICE_BACKEND_AUTOLOAD=0). Only that abort is forgiven, and only
+    # in the reference: the Gaudi run above must exit cleanly.
+    assert reference.returncode == 0 or (
+        "terminate called without an active exception" in reference.stderr), reference.stderr
+    cpu = _json_line(reference.stdout)
     # the toolkit runs nccl as hccl and answers nccl, as CUDA code expects
     assert (gaudi["backend"], gaudi["world"], gaudi["device"]) == ("nccl", 2, "hpu:0")
     assert (cpu["backend"], cpu["cuda"]) == ("gloo", False)
