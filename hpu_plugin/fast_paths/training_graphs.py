@@ -574,6 +574,7 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
     at = parameters.index("position_ids") if "position_ids" in parameters else None
     embeds = next((name for name in ("inputs_embeds", "input_embeds") if name in parameters),
                   None)
+    embeds_at = parameters.index(embeds) if embeds is not None else 0
     #: The configs (by id, held weakly) whose models built a mask without an attention mask:
     #: where the builder returns none (SDPA's ``is_causal``), it stays eager, since compiled
     #: it builds the full mask on Transformers 4, and on 5 with torch 2.11 (torch 2.13 skips).
@@ -588,8 +589,7 @@ def _graphed_mask(builder: Callable[..., Any]) -> Callable[..., Any]:
                 or torch.compiler.is_compiling()):
             return builder(*args, **kwargs)
         if embeds is not None:  # a model moved off hpu builds its masks as Transformers does
-            where = parameters.index(embeds)
-            hidden = args[where] if len(args) > where else kwargs.get(embeds)
+            hidden = args[embeds_at] if len(args) > embeds_at else kwargs.get(embeds)
             if isinstance(hidden, torch.Tensor) and hidden.device.type != DEVICE_TYPE:
                 return builder(*args, **kwargs)
         if mask is None and at is not None and _own_positions.get():
